@@ -1,0 +1,91 @@
+"""The attention backend interface: a metadata builder (once per step) and an impl (per layer).
+
+A backend also declares how much of a CUDA graph it tolerates (AttentionCGSupport); the graph-mode
+resolver reads that at start-up. Backends never read host copies of lengths on a path they claim
+is graph-safe.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+
+class AttentionCGSupport(enum.IntEnum):
+    """How much of a step an attention backend can run inside a captured CUDA graph."""
+
+    NEVER = 0
+    UNIFORM_SINGLE_TOKEN_DECODE = 1  # only batches where every request has one query token
+    UNIFORM_BATCH = 2  # batches where every request has the same query length
+    ALWAYS = 3  # any batch, mixed prefill + decode included
+
+
+@dataclass
+class CommonAttentionMetadata:
+    """Backend-independent description of one step, views of the runner's persistent buffers."""
+
+    query_start_loc: torch.Tensor  # [num_reqs_padded + 1] int32, device
+    seq_lens: torch.Tensor  # [num_reqs_padded] int32, device; pad requests have 0
+    block_table: torch.Tensor  # [num_reqs_padded, max_blocks_per_req] int32, device
+    slot_mapping: torch.Tensor  # [num_tokens_padded] int64, device; pad tokens have -1
+    query_start_loc_cpu: torch.Tensor  # [num_reqs + 1] int32, host copy (eager paths only)
+    seq_lens_cpu: torch.Tensor  # [num_reqs] int32, host copy (eager paths only)
+    num_reqs: int  # real requests
+    num_actual_tokens: int  # real tokens
+    max_query_len: int
+    max_seq_len: int
+    for_capture: bool = False  # a graph is being captured: no host-derived shapes allowed
+
+
+class AttentionImpl(ABC):
+    """Per-layer attention math over the paged KV cache."""
+
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float) -> None:
+        assert num_heads % num_kv_heads == 0
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.scale = scale
+
+    @abstractmethod
+    def forward(
+        self,
+        query: torch.Tensor,  # [num_tokens, num_heads, head_dim]
+        key: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+        value: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+        kv_cache: torch.Tensor,  # [2, num_blocks, block_size, num_kv_heads, head_dim]
+        metadata: Any,
+        output: torch.Tensor,  # [num_tokens, num_heads, head_dim], written in full
+    ) -> None: ...
+
+
+class AttentionMetadataBuilder:
+    """Turns the common metadata into the backend's own; the default passes it through."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def build(self, common: CommonAttentionMetadata) -> Any:
+        return common
+
+
+class AttentionBackend(ABC):
+    name: ClassVar[str]
+    cudagraph_support: ClassVar[AttentionCGSupport]
+    impl_cls: ClassVar[type[AttentionImpl]]
+    builder_cls: ClassVar[type[AttentionMetadataBuilder]] = AttentionMetadataBuilder
+
+    @staticmethod
+    def kv_cache_shape(
+        num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int
+    ) -> tuple[int, ...]:
+        return (2, num_blocks, block_size, num_kv_heads, head_dim)
+
+    @classmethod
+    def is_available(cls, device: torch.device) -> str | None:
+        """None if usable on device, else why not."""
+        return None

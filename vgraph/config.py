@@ -1,0 +1,263 @@
+"""Engine configuration: frozen dataclasses resolved once at start-up.
+
+Owns the user-facing knobs and their validation. "auto" values (dtype, max_model_len, device) are
+resolved by `VGraphConfig.create` before anything is frozen; no other module reads raw user input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_DTYPES = {
+    "float32": torch.float32,
+    "float": torch.float32,
+    "float16": torch.float16,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+LOAD_FORMATS = ("auto", "safetensors", "dummy")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """What to load and how: the checkpoint folder, its HF config.json and the compute dtype."""
+
+    model: str  # folder holding config.json (+ *.safetensors and tokenizer unless dummy)
+    hf_config: dict[str, Any]
+    dtype: torch.dtype
+    max_model_len: int
+    load_format: str = "auto"
+    seed: int = 0
+    tokenizer: str | None = None  # folder; defaults to `model`
+    served_model_name: str | None = None
+
+    @property
+    def architecture(self) -> str:
+        return self.hf_config["architectures"][0]
+
+    @property
+    def vocab_size(self) -> int:
+        return self.hf_config["vocab_size"]
+
+    @property
+    def num_layers(self) -> int:
+        return self.hf_config["num_hidden_layers"]
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.hf_config.get("num_key_value_heads") or self.hf_config["num_attention_heads"]
+
+    @property
+    def head_dim(self) -> int:
+        cfg = self.hf_config
+        return cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+
+    @property
+    def name(self) -> str:
+        return self.served_model_name or Path(self.model).name
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """Paged KV cache: block size and how much memory the cache may take."""
+
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9  # CUDA: fraction of device memory for the whole engine
+    cpu_kv_cache_bytes: int = 1 << 30  # CPU: fixed byte budget for the KV cache
+    num_gpu_blocks_override: int | None = None  # force a block count (tests of preemption)
+
+    def __post_init__(self) -> None:
+        if self.block_size not in (16, 32):
+            raise ValueError(f"block_size={self.block_size} is not allowed; use 16 or 32")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(
+                f"gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]"
+            )
+        if self.num_gpu_blocks_override is not None and self.num_gpu_blocks_override < 1:
+            raise ValueError(
+                f"num_gpu_blocks_override={self.num_gpu_blocks_override} must be >= 1"
+            )
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Token budget per step and the batch limits; chunked prefill is always on."""
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    max_model_len: int = 8192
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """Single device for now; the field exists so tensor parallelism has a home."""
+
+    tensor_parallel_size: int = 1
+
+    def __post_init__(self) -> None:
+        if self.tensor_parallel_size != 1:
+            raise ValueError(
+                f"tensor_parallel_size={self.tensor_parallel_size} is not supported; use 1"
+            )
+
+
+@dataclass(frozen=True)
+class CompilationConfig:
+    """Graph-mode settings. Parsed and validated in vgraph.cudagraph.config (graph-modes work)."""
+
+    cudagraph_mode: str = "NONE"
+
+
+@dataclass(frozen=True)
+class VGraphConfig:
+    model_config: ModelConfig
+    cache_config: CacheConfig
+    scheduler_config: SchedulerConfig
+    parallel_config: ParallelConfig
+    compilation_config: CompilationConfig
+    device: torch.device
+    attention_backend: str = "torch"
+
+    @staticmethod
+    def create(
+        model: str | None = None,
+        *,
+        dtype: str = "auto",
+        max_model_len: int | None = None,
+        load_format: str = "auto",
+        seed: int = 0,
+        tokenizer: str | None = None,
+        served_model_name: str | None = None,
+        device: str = "auto",
+        attention_backend: str = "auto",
+        block_size: int = 16,
+        gpu_memory_utilization: float = 0.9,
+        cpu_kv_cache_bytes: int = 1 << 30,
+        num_gpu_blocks_override: int | None = None,
+        max_num_seqs: int = 256,
+        max_num_batched_tokens: int | None = None,
+        compilation_config: CompilationConfig | None = None,
+    ) -> VGraphConfig:
+        """Resolve every "auto" and build the frozen config. Raises ValueError on bad input."""
+        if model is None:
+            from vgraph.models.default_model import ensure_default_model
+
+            model = ensure_default_model()
+        model = resolve_model_path(model)
+        hf_config = load_hf_config(model)
+        if load_format not in LOAD_FORMATS:
+            raise ValueError(f"load_format={load_format!r} is not allowed; use one of {LOAD_FORMATS}")
+        dev = resolve_device(device)
+        torch_dtype = resolve_dtype(dtype, hf_config, dev)
+        model_max = derive_max_model_len(hf_config)
+        if max_model_len is None:
+            max_model_len = model_max
+        elif not 1 <= max_model_len <= model_max:
+            raise ValueError(
+                f"max_model_len={max_model_len} is not allowed; use 1..{model_max} "
+                f"(the model's max_position_embeddings)"
+            )
+        if max_num_batched_tokens is None:
+            max_num_batched_tokens = 8192
+        if seed < 0:
+            raise ValueError(f"seed={seed} must be >= 0")
+        model_config = ModelConfig(
+            model=model,
+            hf_config=hf_config,
+            dtype=torch_dtype,
+            max_model_len=max_model_len,
+            load_format=load_format,
+            seed=seed,
+            tokenizer=tokenizer,
+            served_model_name=served_model_name,
+        )
+        from vgraph.attention.selector import resolve_backend_name
+
+        return VGraphConfig(
+            model_config=model_config,
+            cache_config=CacheConfig(
+                block_size=block_size,
+                gpu_memory_utilization=gpu_memory_utilization,
+                cpu_kv_cache_bytes=cpu_kv_cache_bytes,
+                num_gpu_blocks_override=num_gpu_blocks_override,
+            ),
+            scheduler_config=SchedulerConfig(
+                max_num_seqs=max_num_seqs,
+                max_num_batched_tokens=max_num_batched_tokens,
+                max_model_len=max_model_len,
+            ),
+            parallel_config=ParallelConfig(),
+            compilation_config=compilation_config or CompilationConfig(),
+            device=dev,
+            attention_backend=resolve_backend_name(attention_backend, dev),
+        )
+
+    def replace(self, **changes: Any) -> VGraphConfig:
+        return dataclasses.replace(self, **changes)
+
+
+def resolve_model_path(model: str) -> str:
+    """A model is a local folder, or the name of a config shipped in vgraph/models/configs."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return str(path.resolve())
+    shipped = Path(__file__).parent / "models" / "configs" / model
+    if shipped.is_dir():
+        return str(shipped)
+    raise ValueError(
+        f"model={model!r} is not a folder; pass a Hugging Face checkpoint folder "
+        f"(config.json, *.safetensors, tokenizer files) or one of the shipped configs: "
+        f"{sorted(p.name for p in shipped.parent.iterdir() if p.is_dir())}"
+    )
+
+
+def load_hf_config(model: str) -> dict[str, Any]:
+    path = Path(model) / "config.json"
+    if not path.is_file():
+        raise ValueError(f"model={model!r} has no config.json; a checkpoint folder needs one")
+    try:
+        cfg = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"model={model!r}: config.json is not valid JSON ({e})") from None
+    for key in ("architectures", "hidden_size", "num_attention_heads", "num_hidden_layers",
+                "vocab_size", "intermediate_size"):
+        if key not in cfg:
+            raise ValueError(f"model={model!r}: config.json lacks the required key {key!r}")
+    return cfg
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device={device!r} is not allowed; use 'auto', 'cpu' or 'cuda'")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' was asked for but torch sees no CUDA device")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, hf_config: dict[str, Any], device: torch.device) -> torch.dtype:
+    """auto: float32 on the CPU (the oracle runs there); the checkpoint's half type on CUDA."""
+    if dtype == "auto":
+        if device.type == "cpu":
+            return torch.float32
+        ckpt = hf_config.get("torch_dtype") or hf_config.get("dtype") or "bfloat16"
+        return torch.float16 if ckpt == "float16" else torch.bfloat16
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not allowed; use 'auto' or one of {sorted(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+def derive_max_model_len(hf_config: dict[str, Any]) -> int:
+    return int(hf_config.get("max_position_embeddings", 2048))

@@ -1,0 +1,188 @@
+"""Token-budget scheduler (FCFS, chunked prefill, preemption by recompute) -> SchedulerOutput.
+
+One `schedule()` call decides the next step:
+  1. running requests first, in admission order: each wants `num_tokens - num_computed_tokens`
+     tokens (1 for a decode, a chunk for a prefill), capped by the remaining token budget;
+     if the pool can't hold them, the newest running request is preempted (blocks freed,
+     progress reset, back to the head of the waiting queue) until it fits;
+  2. then waiting requests, oldest first, while budget, blocks and max_num_seqs allow
+     (a prompt longer than the budget is split into chunks across steps);
+  3. the step is a list of (request, num_scheduled_tokens); decodes and prefill chunks mix freely.
+`update_from_output()` advances num_computed_tokens, appends sampled tokens and finishes requests.
+It does no I/O and knows nothing of tensors.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from vgraph.config import SchedulerConfig
+from vgraph.core.kv_cache_manager import KVCacheManager
+from vgraph.request import Request, RequestStatus
+
+
+@dataclass
+class SchedulerOutput:
+    """One step: requests in batch order and how many tokens each computes."""
+
+    requests: list[Request] = field(default_factory=list)
+    num_scheduled_tokens: list[int] = field(default_factory=list)
+    block_ids: list[list[int]] = field(default_factory=list)  # each request's whole block list
+    finished_req_ids: set[str] = field(default_factory=set)  # since the previous step
+    num_preempted: int = 0
+
+    @property
+    def total_num_scheduled_tokens(self) -> int:
+        return sum(self.num_scheduled_tokens)
+
+    @property
+    def is_uniform_decode(self) -> bool:
+        """Every request computes exactly one token (the full-graph case)."""
+        return bool(self.requests) and all(n == 1 for n in self.num_scheduled_tokens)
+
+    def is_empty(self) -> bool:
+        return not self.requests
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, kv_cache_manager: KVCacheManager) -> None:
+        self.config = config
+        self.kv = kv_cache_manager
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.requests: dict[str, Request] = {}
+        self._finished_since_last_step: set[str] = set()
+        self.num_preemptions = 0
+
+    # ---- admission ------------------------------------------------------------------------
+    def add_request(self, request: Request) -> None:
+        if request.request_id in self.requests:
+            raise ValueError(f"request_id={request.request_id!r} is already in use")
+        self.requests[request.request_id] = request
+        self.waiting.append(request)
+
+    def abort_requests(self, request_ids: list[str]) -> list[Request]:
+        aborted = []
+        for rid in request_ids:
+            req = self.requests.get(rid)
+            if req is not None and not req.status.finished:
+                self._finish(req, RequestStatus.FINISHED_ABORTED)
+                aborted.append(req)
+        return aborted
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    # ---- one step -------------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput(finished_req_ids=self._finished_since_last_step)
+        self._finished_since_last_step = set()
+        budget = self.config.max_num_batched_tokens
+        scheduled: list[tuple[Request, int]] = []
+
+        # 1. running requests; preempt from the back when blocks run out
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            num_new = min(req.num_tokens - req.num_computed_tokens, budget)
+            assert num_new > 0, req
+            while self.kv.allocate_slots(req, num_new) is None:
+                victim = self.running.pop()
+                self._preempt(victim)
+                out.num_preempted += 1
+                if victim is req:
+                    break
+            else:
+                scheduled.append((req, num_new))
+                budget -= num_new
+                i += 1
+                continue
+            break  # req itself was preempted: nothing after it is left to schedule
+
+        # 2. waiting requests, FCFS, only if nothing was preempted this step
+        while (
+            self.waiting
+            and budget > 0
+            and out.num_preempted == 0
+            and len(self.running) < self.config.max_num_seqs
+        ):
+            req = self.waiting[0]
+            num_new = min(req.num_tokens - req.num_computed_tokens, budget)
+            if self.kv.allocate_slots(req, num_new) is None:
+                break
+            self.waiting.popleft()
+            req.status = RequestStatus.RUNNING
+            self.running.append(req)
+            scheduled.append((req, num_new))
+            budget -= num_new
+
+        for req, n in scheduled:
+            out.requests.append(req)
+            out.num_scheduled_tokens.append(n)
+            out.block_ids.append(self.kv.get_block_ids(req.request_id))
+        return out
+
+    def _preempt(self, req: Request) -> None:
+        self.kv.free(req)
+        req.status = RequestStatus.PREEMPTED
+        req.num_computed_tokens = 0
+        req.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(req)
+
+    # ---- results --------------------------------------------------------------------------
+    def update_from_output(
+        self, sched: SchedulerOutput, sampled_token_ids: list[int]
+    ) -> list[tuple[Request, bool]]:
+        """Advance progress; returns (request, got_new_token) for each scheduled request.
+
+        A request whose step ended inside its prompt (a partial prefill chunk) gets no token.
+        """
+        results = []
+        for req, n, token in zip(sched.requests, sched.num_scheduled_tokens, sampled_token_ids):
+            if req.status.finished:  # aborted while the step ran
+                continue
+            req.num_computed_tokens += n
+            got_token = req.num_computed_tokens == req.num_tokens
+            if got_token:
+                req.append_output_token(token)
+                self._check_stop(req, token)
+            results.append((req, got_token))
+        return results
+
+    def _check_stop(self, req: Request, token: int) -> None:
+        params = req.sampling_params
+        if req.num_output_tokens >= params.min_tokens:
+            if not params.ignore_eos and token in req.eos_token_ids:
+                self._finish(req, RequestStatus.FINISHED_STOPPED)
+                return
+            if params.stop_token_ids and token in params.stop_token_ids:
+                req.stop_reason = token
+                self._finish(req, RequestStatus.FINISHED_STOPPED)
+                return
+        if (params.max_tokens is not None and req.num_output_tokens >= params.max_tokens) or (
+            req.num_tokens >= self.config.max_model_len
+        ):
+            self._finish(req, RequestStatus.FINISHED_LENGTH)
+
+    def _finish(self, req: Request, status: RequestStatus) -> None:
+        req.status = status
+        if req in self.running:
+            self.running.remove(req)
+        else:
+            try:
+                self.waiting.remove(req)
+            except ValueError:
+                pass
+        self.kv.free(req)
+        self.requests.pop(req.request_id, None)
+        self._finished_since_last_step.add(req.request_id)

@@ -1,0 +1,117 @@
+"""EngineCore: owns the scheduler and the model runner; step() = schedule -> execute -> update.
+
+No I/O here: requests come in through add_request/abort_requests, outputs leave as the return
+value of step(). core_proc.py wraps it in a process with sockets; the in-process client calls it
+directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from vgraph.config import VGraphConfig
+from vgraph.core.kv_cache_manager import KVCacheManager
+from vgraph.core.scheduler import Scheduler
+from vgraph.engine.protocol import (
+    EngineCoreOutput,
+    EngineCoreOutputs,
+    EngineCoreRequest,
+    SchedulerStats,
+)
+from vgraph.request import Request
+from vgraph.worker.model_runner import ModelRunner
+
+logger = logging.getLogger(__name__)
+
+
+class EngineCore:
+    def __init__(self, config: VGraphConfig) -> None:
+        self.config = config
+        t0 = time.perf_counter()
+        self.runner = ModelRunner(config)
+        self.runner.load_model()
+        num_blocks = self.runner.initialize_kv_cache()
+        self.runner.capture_model()
+        self.scheduler = Scheduler(
+            config.scheduler_config, KVCacheManager(num_blocks, config.cache_config.block_size)
+        )
+        self.num_steps = 0
+        logger.info("engine core ready in %.1f s", time.perf_counter() - t0)
+
+    # ---- requests in ------------------------------------------------------------------------
+    def add_request(self, request: EngineCoreRequest) -> None:
+        """Admit a request; raises ValueError (and admits nothing) if it can't be served."""
+        self.validate(request)
+        self.scheduler.add_request(
+            Request(
+                request.request_id,
+                list(request.prompt_token_ids),
+                request.sampling_params,
+                frozenset(request.eos_token_ids),
+                request.arrival_time,
+            )
+        )
+
+    def validate(self, request: EngineCoreRequest) -> None:
+        """The core's own guard: the frontend checks first, but the core never trusts a socket."""
+        mc = self.config.model_config
+        ids = request.prompt_token_ids
+        if not ids:
+            raise ValueError("prompt is empty; give at least one token")
+        if len(ids) > mc.max_model_len:
+            raise ValueError(
+                f"prompt has {len(ids)} tokens, more than max_model_len={mc.max_model_len}"
+            )
+        bad = next((t for t in ids if not 0 <= t < mc.vocab_size), None)
+        if bad is not None:
+            raise ValueError(f"prompt token id {bad} is outside the vocabulary [0, {mc.vocab_size})")
+
+    def abort_requests(self, request_ids: list[str]) -> None:
+        self.scheduler.abort_requests(request_ids)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests()
+
+    # ---- one step ---------------------------------------------------------------------------
+    def step(self) -> EngineCoreOutputs:
+        sched = self.scheduler.schedule()
+        if sched.is_empty():
+            return EngineCoreOutputs(scheduler_stats=self.stats(), timestamp=time.monotonic())
+        runner_out = self.runner.execute_model(sched)
+        self.num_steps += 1
+        updates = self.scheduler.update_from_output(sched, runner_out.sampled_token_ids)
+        logprobs_of = {
+            req.request_id: lp for req, lp in zip(sched.requests, runner_out.logprobs)
+        }
+        outputs = []
+        for req, got_token in updates:
+            if not got_token:
+                continue
+            lp = logprobs_of[req.request_id]
+            outputs.append(
+                EngineCoreOutput(
+                    request_id=req.request_id,
+                    new_token_ids=[req.all_token_ids[-1]],
+                    new_logprobs=None if lp is None else [lp],
+                    finish_reason=req.status.finish_reason,
+                    stop_reason=req.stop_reason,
+                )
+            )
+        return EngineCoreOutputs(
+            outputs=outputs, scheduler_stats=self.stats(), timestamp=time.monotonic()
+        )
+
+    def stats(self) -> SchedulerStats:
+        s = self.scheduler
+        return SchedulerStats(
+            num_running=s.num_running,
+            num_waiting=s.num_waiting,
+            kv_cache_usage=s.kv.usage,
+            num_preemptions=s.num_preemptions,
+            num_steps=self.num_steps,
+            counters=self.runner.counters(),
+        )
+
+    def shutdown(self) -> None:
+        pass

@@ -1,0 +1,79 @@
+"""Frontend input processing: validate and tokenize a prompt into EngineCoreRequests.
+
+Everything a user can get wrong is caught here, before anything is queued, as a ValueError that
+names the field, the value and what is allowed. n > 1 fans out into n child requests.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from vgraph.config import ModelConfig
+from vgraph.engine.protocol import EngineCoreRequest
+from vgraph.sampling_params import SamplingParams
+
+PromptType = str | list[int]
+
+
+class InputProcessor:
+    def __init__(self, model_config: ModelConfig, tokenizer: Any | None, eos_token_ids: list[int]) -> None:
+        self.model_config = model_config
+        self.tokenizer = tokenizer
+        self.eos_token_ids = eos_token_ids
+
+    def tokenize(self, prompt: PromptType) -> tuple[str | None, list[int]]:
+        """Returns (prompt text or None, prompt token ids), validated."""
+        mc = self.model_config
+        if isinstance(prompt, str):
+            if not prompt:
+                raise ValueError("prompt='' is empty; give at least one character or token")
+            if self.tokenizer is None:
+                raise ValueError(
+                    "prompt is text but this model has no tokenizer; pass token ids instead"
+                )
+            ids = self.tokenizer.encode(prompt, add_special_tokens=True)
+            text: str | None = prompt
+        elif isinstance(prompt, (list, tuple)):
+            if not prompt:
+                raise ValueError("prompt=[] is empty; give at least one token id")
+            if not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+                raise ValueError("prompt token ids must all be integers")
+            ids, text = list(prompt), None
+        else:
+            raise ValueError(
+                f"prompt of type {type(prompt).__name__} is not allowed; use a str or a list of ints"
+            )
+        bad = next((t for t in ids if not 0 <= t < mc.vocab_size), None)
+        if bad is not None:
+            raise ValueError(
+                f"prompt token id {bad} is outside the vocabulary; allowed: 0..{mc.vocab_size - 1}"
+            )
+        if len(ids) > mc.max_model_len:
+            raise ValueError(
+                f"prompt has {len(ids)} tokens, more than max_model_len={mc.max_model_len}; "
+                f"shorten it or raise max_model_len"
+            )
+        return text, ids
+
+    def make_requests(
+        self, request_id: str, prompt_ids: list[int], params: SamplingParams
+    ) -> list[EngineCoreRequest]:
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"sampling params of type {type(params).__name__} are not SamplingParams")
+        now = time.monotonic()
+        children = [params] if params.n == 1 else [params.child(i) for i in range(params.n)]
+        return [
+            EngineCoreRequest(
+                request_id=child_request_id(request_id, i, params.n),
+                prompt_token_ids=prompt_ids,
+                sampling_params=p,
+                eos_token_ids=self.eos_token_ids,
+                arrival_time=now,
+            )
+            for i, p in enumerate(children)
+        ]
+
+
+def child_request_id(parent_id: str, index: int, n: int) -> str:
+    return parent_id if n == 1 else f"{index}_{parent_id}"

@@ -1,0 +1,73 @@
+"""Messages between the frontend and the engine core: msgspec Structs, encoded as msgpack.
+
+Every type on the wire is declared here with explicit fields; nothing is ever pickled.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+from vgraph.sampling_params import SamplingParams
+
+
+class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True):
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling_params: SamplingParams
+    eos_token_ids: list[int]
+    arrival_time: float = 0.0
+
+
+class TokenLogprobs(msgspec.Struct, array_like=True):
+    token_ids: list[int]  # the sampled token first, then the top-n
+    logprobs: list[float]
+    rank: int  # rank of the sampled token (1 = most likely)
+
+
+class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
+    request_id: str
+    new_token_ids: list[int]
+    new_logprobs: list[TokenLogprobs] | None = None
+    finish_reason: str | None = None  # "stop", "length", "abort", "error"
+    stop_reason: int | str | None = None
+    error: str | None = None  # set with finish_reason "error": this request only failed
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+class SchedulerStats(msgspec.Struct, array_like=True, omit_defaults=True):
+    num_running: int = 0
+    num_waiting: int = 0
+    kv_cache_usage: float = 0.0
+    num_preemptions: int = 0
+    num_steps: int = 0
+    counters: dict[str, float] = {}  # graph-mode counters: steps per runtime mode, padding, ...
+
+
+class EngineCoreOutputs(msgspec.Struct, array_like=True, omit_defaults=True):
+    outputs: list[EngineCoreOutput] = []
+    scheduler_stats: SchedulerStats | None = None
+    timestamp: float = 0.0
+
+
+class EngineCoreRequestType(enum.IntEnum):
+    ADD = 0
+    ABORT = 1
+    UTILITY = 2  # a named call on the core (stats, reset); answered by a UtilityOutput
+    SHUTDOWN = 3
+
+
+class UtilityRequest(msgspec.Struct, array_like=True):
+    call_id: int
+    method: str
+    args: list[str | int | float | bool | None] = []
+
+
+class UtilityOutput(msgspec.Struct, array_like=True, omit_defaults=True):
+    call_id: int
+    result: str | int | float | bool | dict | list | None = None
+    error: str | None = None

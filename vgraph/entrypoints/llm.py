@@ -1,0 +1,100 @@
+"""The offline batch API: `LLM(...).generate(prompts, params)` and `LLM.chat(messages)`."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+from tqdm import tqdm
+
+from vgraph.config import VGraphConfig
+from vgraph.engine.input_processor import PromptType
+from vgraph.engine.llm_engine import LLMEngine
+from vgraph.outputs import RequestOutput
+from vgraph.sampling_params import SamplingParams
+
+Message = dict[str, str]
+
+
+class LLM:
+    """An engine for offline generation. `LLM()` loads the built-in default model.
+
+    Keyword arguments are those of VGraphConfig.create (dtype, max_model_len, load_format,
+    attention_backend, block_size, max_num_seqs, max_num_batched_tokens, ...).
+    """
+
+    def __init__(self, model: str | None = None, **kwargs: Any) -> None:
+        self.config = VGraphConfig.create(model, **kwargs)
+        self.engine = LLMEngine(self.config)
+        self._ids = itertools.count()
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.engine.tokenizer
+
+    def generate(
+        self,
+        prompts: PromptType | Sequence[PromptType],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        use_tqdm: bool = True,
+    ) -> list[RequestOutput]:
+        """Generate for every prompt (text or token ids); outputs come back in prompt order."""
+        if isinstance(prompts, str) or (
+            isinstance(prompts, list) and prompts and isinstance(prompts[0], int)
+        ):
+            prompts = [prompts]
+        prompts = list(prompts)
+        if sampling_params is None:
+            sampling_params = SamplingParams()
+        if isinstance(sampling_params, SamplingParams):
+            params = [sampling_params] * len(prompts)
+        else:
+            params = list(sampling_params)
+            if len(params) != len(prompts):
+                raise ValueError(
+                    f"sampling_params has {len(params)} entries for {len(prompts)} prompts; "
+                    f"give one SamplingParams or one per prompt"
+                )
+        # validate everything first so a bad prompt queues nothing
+        tokenized = [self.engine.processor.tokenize(p) for p in prompts]
+        ids = []
+        for (text, prompt_ids), p in zip(tokenized, params):
+            ids.append(str(next(self._ids)))
+            self.engine.add_tokenized(ids[-1], text, prompt_ids, p)
+        return self._run(ids, use_tqdm)
+
+    def chat(
+        self,
+        messages: list[Message] | list[list[Message]],
+        sampling_params: SamplingParams | None = None,
+        use_tqdm: bool = True,
+        add_generation_prompt: bool = True,
+    ) -> list[RequestOutput]:
+        """Generate replies to one conversation or a list of them, via the chat template."""
+        if self.tokenizer is None:
+            raise ValueError("chat() needs a tokenizer; this model folder has none")
+        conversations = [messages] if messages and isinstance(messages[0], dict) else messages
+        prompts = [
+            self.tokenizer.apply_chat_template(
+                conv, tokenize=False, add_generation_prompt=add_generation_prompt
+            )
+            for conv in conversations
+        ]
+        return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
+
+    def _run(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
+        done: dict[str, RequestOutput] = {}
+        bar = tqdm(total=len(request_ids), desc="Processed prompts", disable=not use_tqdm)
+        try:
+            while self.engine.has_unfinished_requests():
+                for out in self.engine.step():
+                    if out.finished:
+                        done[out.request_id] = out
+                        bar.update(1)
+        except BaseException:
+            self.engine.abort_request(list(self.engine.output_processor.parents))
+            raise
+        finally:
+            bar.close()
+        return [done[rid] for rid in request_ids]

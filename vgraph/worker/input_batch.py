@@ -1,0 +1,125 @@
+"""Persistent input buffers of the model runner, and the per-step fill from a SchedulerOutput.
+
+Every step writes its inputs into the same device tensors (a captured graph reads fixed
+addresses), staged through host tensors (pinned on CUDA) with numpy views, and copies them in one
+non-blocking batch. Pad tokens get input id 0, position 0 and slot -1; pad requests get seq_len 0
+and an empty query range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from vgraph.core.scheduler import SchedulerOutput
+
+
+@dataclass
+class StepInputs:
+    num_reqs: int
+    num_tokens: int  # real tokens
+    num_reqs_padded: int
+    num_tokens_padded: int
+    max_query_len: int
+    max_seq_len: int
+    uniform_decode: bool
+
+
+class _Buffer:
+    """A device tensor with a host staging twin and a numpy view of the twin."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> None:
+        pin = device.type == "cuda"
+        self.cpu = torch.zeros(shape, dtype=dtype, pin_memory=pin)
+        self.np = self.cpu.numpy()
+        self.gpu = torch.zeros(shape, dtype=dtype, device=device)
+
+    def copy_to_device(self, n: int) -> None:
+        self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
+
+
+class InputBuffers:
+    def __init__(
+        self,
+        max_num_tokens: int,
+        max_num_reqs: int,
+        max_blocks_per_req: int,
+        block_size: int,
+        device: torch.device,
+    ) -> None:
+        self.max_num_tokens = max_num_tokens
+        self.max_num_reqs = max_num_reqs
+        self.block_size = block_size
+        self.input_ids = _Buffer((max_num_tokens,), torch.int64, device)  # [T]
+        self.positions = _Buffer((max_num_tokens,), torch.int64, device)  # [T]
+        self.slot_mapping = _Buffer((max_num_tokens,), torch.int64, device)  # [T]
+        self.query_start_loc = _Buffer((max_num_reqs + 1,), torch.int32, device)  # [R + 1]
+        self.seq_lens = _Buffer((max_num_reqs,), torch.int32, device)  # [R]
+        self.block_table = _Buffer((max_num_reqs, max_blocks_per_req), torch.int32, device)
+
+    def prepare(
+        self,
+        sched: SchedulerOutput,
+        num_tokens_padded: int | None = None,
+        num_reqs_padded: int | None = None,
+    ) -> StepInputs:
+        """Fill the buffers for one step (padded up to the given sizes) and copy them over."""
+        num_reqs = len(sched.requests)
+        nst = np.asarray(sched.num_scheduled_tokens, dtype=np.int64)  # [R]
+        num_tokens = int(nst.sum())
+        t_pad = num_tokens_padded or num_tokens
+        r_pad = num_reqs_padded or num_reqs
+        assert t_pad <= self.max_num_tokens and r_pad <= self.max_num_reqs, (t_pad, r_pad)
+        computed = np.fromiter(
+            (r.num_computed_tokens for r in sched.requests), dtype=np.int64, count=num_reqs
+        )
+
+        # 1. token ids and positions of each request's next num_scheduled tokens
+        tokens = self.input_ids.np
+        off = 0
+        for req, c, n in zip(sched.requests, computed.tolist(), nst.tolist()):
+            tokens[off:off + n] = req.all_token_ids[c:c + n]
+            off += n
+        req_idx = np.repeat(np.arange(num_reqs), nst)  # [T] request of each token
+        cu = np.cumsum(nst)
+        pos = np.arange(num_tokens) - np.repeat(cu - nst, nst) + computed[req_idx]
+        self.positions.np[:num_tokens] = pos
+
+        # 2. block tables (whole rows) and each token's cache slot
+        bt = self.block_table.np
+        bt[:r_pad] = 0
+        for i, blocks in enumerate(sched.block_ids):
+            bt[i, :len(blocks)] = blocks
+        bs = self.block_size
+        self.slot_mapping.np[:num_tokens] = bt[req_idx, pos // bs].astype(np.int64) * bs + pos % bs
+
+        # 3. per-request ranges and lengths
+        qsl = self.query_start_loc.np
+        qsl[0] = 0
+        qsl[1:num_reqs + 1] = cu
+        qsl[num_reqs + 1:r_pad + 1] = num_tokens
+        seq_lens = computed + nst
+        self.seq_lens.np[:num_reqs] = seq_lens
+        self.seq_lens.np[num_reqs:r_pad] = 0
+
+        # 4. padding
+        tokens[num_tokens:t_pad] = 0
+        self.positions.np[num_tokens:t_pad] = 0
+        self.slot_mapping.np[num_tokens:t_pad] = -1
+
+        for buf in (self.input_ids, self.positions, self.slot_mapping):
+            buf.copy_to_device(t_pad)
+        self.query_start_loc.copy_to_device(r_pad + 1)
+        self.seq_lens.copy_to_device(r_pad)
+        self.block_table.copy_to_device(r_pad)
+        return StepInputs(
+            num_reqs=num_reqs,
+            num_tokens=num_tokens,
+            num_reqs_padded=r_pad,
+            num_tokens_padded=t_pad,
+            max_query_len=int(nst.max()),
+            max_seq_len=int(seq_lens.max()),
+            uniform_decode=bool((nst == 1).all()),
+        )

@@ -1,0 +1,193 @@
+"""Model runner: load, allocate the KV cache, execute one step. An orchestrator of the parts.
+
+execute_model() stages:
+  1. prepare_inputs: SchedulerOutput -> persistent buffers -> CommonAttentionMetadata
+  2. execute_forward: the model under a ForwardContext
+  3. sample: logits of each request's last token -> Sampler, on the device
+  4. one device-to-host copy of the sampled ids (and logprobs) -> ModelRunnerOutput
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+
+from vgraph.attention.backend import AttentionBackend, CommonAttentionMetadata
+from vgraph.attention.selector import get_backend_cls
+from vgraph.config import VGraphConfig
+from vgraph.core.scheduler import SchedulerOutput
+from vgraph.engine.protocol import TokenLogprobs
+from vgraph.forward_context import ForwardContext, set_forward_context
+from vgraph.layers.attention import Attention
+from vgraph.models.loader import load_model
+from vgraph.sample.sampler import Sampler, SamplerOutput
+from vgraph.worker.input_batch import InputBuffers, StepInputs
+from vgraph.worker.sampling_inputs import build_sampling_metadata
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ModelRunnerOutput:
+    sampled_token_ids: list[int]  # one per scheduled request, in batch order
+    logprobs: list[TokenLogprobs | None]
+
+
+class ModelRunner:
+    def __init__(self, config: VGraphConfig) -> None:
+        self.config = config
+        self.device = config.device
+        mc, sc, cc = config.model_config, config.scheduler_config, config.cache_config
+        self.dtype = mc.dtype
+        self.block_size = cc.block_size
+        self.max_num_tokens = sc.max_num_batched_tokens
+        self.max_num_reqs = sc.max_num_seqs
+        self.max_blocks_per_req = -(-sc.max_model_len // cc.block_size)
+        self.backend: type[AttentionBackend] = get_backend_cls(config.attention_backend)
+        self.buffers = InputBuffers(
+            self.max_num_tokens, self.max_num_reqs, self.max_blocks_per_req, cc.block_size,
+            self.device,
+        )
+        self.sampler = Sampler()
+        self.generators: dict[str, torch.Generator] = {}
+        self.model: torch.nn.Module | None = None
+        self.attn_layers: dict[str, Attention] = {}
+        self.kv_caches: dict[str, torch.Tensor] = {}
+        self.num_blocks = 0
+
+    # ---- start-up -------------------------------------------------------------------------
+    def load_model(self) -> None:
+        t0 = time.perf_counter()
+        torch.manual_seed(self.config.model_config.seed)
+        self.model = load_model(self.config.model_config, self.device)
+        for module in self.model.modules():
+            if isinstance(module, Attention):
+                module.impl = self.backend.impl_cls(
+                    module.num_heads, module.num_kv_heads, module.head_dim, module.scale
+                )
+                self.attn_layers[module.layer_name] = module
+        logger.info(
+            "loaded %s (%s, %s) in %.1f s", self.config.model_config.name,
+            self.config.model_config.architecture, self.dtype, time.perf_counter() - t0,
+        )
+
+    def initialize_kv_cache(self) -> int:
+        """Size and allocate the paged KV cache; returns the number of usable blocks."""
+        mc, cc = self.config.model_config, self.config.cache_config
+        per_block = (
+            2 * mc.num_layers * self.block_size * mc.num_kv_heads * mc.head_dim
+            * self.dtype.itemsize
+        )
+        if cc.num_gpu_blocks_override is not None:
+            num_blocks = cc.num_gpu_blocks_override
+        elif self.device.type == "cuda":
+            num_blocks = self._profile_free_bytes() // per_block
+        else:
+            num_blocks = cc.cpu_kv_cache_bytes // per_block
+        if num_blocks < 1:
+            raise ValueError(
+                "no memory is left for the KV cache; raise gpu_memory_utilization / "
+                "cpu_kv_cache_bytes or lower max_num_batched_tokens"
+            )
+        shape = self.backend.kv_cache_shape(
+            num_blocks + 1, self.block_size, mc.num_kv_heads, mc.head_dim
+        )  # one spare block: the write target of pad tokens for backends that need one
+        for name in self.attn_layers:
+            self.kv_caches[name] = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        self.num_blocks = num_blocks
+        logger.info(
+            "KV cache: %d blocks of %d tokens (%.2f GiB)", num_blocks, self.block_size,
+            num_blocks * per_block / 2**30,
+        )
+        return num_blocks
+
+    def _profile_free_bytes(self) -> int:
+        """Run the largest step without a KV cache; what is left under the budget is the cache."""
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        n = self.max_num_tokens
+        ids = torch.zeros(n, dtype=torch.int64, device=self.device)
+        with set_forward_context(ForwardContext(attn_metadata=None)):
+            hidden = self.model(ids, ids)
+        logits = self.model.compute_logits(hidden[: min(n, self.max_num_reqs)])
+        logits.sort(dim=-1)
+        del hidden, logits
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated()
+        free, total = torch.cuda.mem_get_info()
+        used_elsewhere = total - free - torch.cuda.memory_reserved()
+        budget = int(total * self.config.cache_config.gpu_memory_utilization)
+        return max(budget - used_elsewhere - peak, 0)
+
+    # ---- one step ---------------------------------------------------------------------------
+    @torch.inference_mode()
+    def execute_model(self, sched: SchedulerOutput) -> ModelRunnerOutput:
+        for rid in sched.finished_req_ids:
+            self.generators.pop(rid, None)
+        step, common = self.prepare_inputs(sched)
+        hidden = self.execute_forward(step, common)
+        out = self.sample(sched, step, hidden)
+        return self.to_host(sched, out)
+
+    def prepare_inputs(self, sched: SchedulerOutput) -> tuple[StepInputs, CommonAttentionMetadata]:
+        step = self.buffers.prepare(sched)
+        b = self.buffers
+        common = CommonAttentionMetadata(
+            query_start_loc=b.query_start_loc.gpu[: step.num_reqs_padded + 1],
+            seq_lens=b.seq_lens.gpu[: step.num_reqs_padded],
+            block_table=b.block_table.gpu,
+            slot_mapping=b.slot_mapping.gpu[: step.num_tokens_padded],
+            query_start_loc_cpu=b.query_start_loc.cpu[: step.num_reqs + 1],
+            seq_lens_cpu=b.seq_lens.cpu[: step.num_reqs],
+            num_reqs=step.num_reqs,
+            num_actual_tokens=step.num_tokens,
+            max_query_len=step.max_query_len,
+            max_seq_len=step.max_seq_len,
+        )
+        return step, common
+
+    def execute_forward(self, step: StepInputs, common: CommonAttentionMetadata) -> torch.Tensor:
+        """Returns hidden states [num_tokens_padded, hidden_size]."""
+        n = step.num_tokens_padded
+        ctx = ForwardContext(
+            attn_metadata=common, kv_caches=self.kv_caches, attn_layers=self.attn_layers
+        )
+        with set_forward_context(ctx):
+            return self.model(self.buffers.input_ids.gpu[:n], self.buffers.positions.gpu[:n])
+
+    def sample(self, sched: SchedulerOutput, step: StepInputs, hidden: torch.Tensor) -> SamplerOutput:
+        last = self.buffers.query_start_loc.gpu[1: step.num_reqs + 1].long() - 1  # [R]
+        logits = self.model.compute_logits(hidden[last])  # [R, vocab] float32
+        md = build_sampling_metadata(sched.requests, self.generators, self.device)
+        return self.sampler(logits, md)
+
+    def to_host(self, sched: SchedulerOutput, out: SamplerOutput) -> ModelRunnerOutput:
+        """The step's one device-to-host transfer (logprobs packed beside the ids)."""
+        if out.logprobs is None:
+            return ModelRunnerOutput(out.token_ids.tolist(), [None] * len(sched.requests))
+        # float64 holds token ids exactly, so one tensor carries everything
+        packed = torch.cat(
+            [out.token_ids[:, None], out.ranks[:, None], out.logprob_token_ids, out.logprobs], 1,
+            ).double().tolist()
+        width = out.logprobs.shape[1]
+        token_ids, entries = [], []
+        for row, req in zip(packed, sched.requests):
+            token_ids.append(int(row[0]))
+            n = req.sampling_params.logprobs
+            if n is None:
+                entries.append(None)
+                continue
+            ids = [int(t) for t in row[2: 3 + n]]
+            entries.append(TokenLogprobs(ids, row[2 + width: 3 + width + n], int(row[1])))
+        return ModelRunnerOutput(token_ids, entries)
+
+    # ---- graphs (filled in by the graph-mode work) -------------------------------------------
+    def capture_model(self) -> None:
+        """Capture CUDA graphs for the configured modes; nothing to do when eager."""
+
+    def counters(self) -> dict[str, float]:
+        return {}
