@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from vgraph.compilation import piecewise_available
+from vgraph.cudagraph.modes import CUDAGraphMode, resolve_cudagraph_mode
+
+logger = logging.getLogger(__name__)
 
 _DTYPES = {
     "float32": torch.float32,
@@ -112,11 +118,128 @@ class ParallelConfig:
             )
 
 
+ATTENTION_OP = "vgraph::unified_attention_with_output"
+
+
 @dataclass(frozen=True)
 class CompilationConfig:
-    """Graph-mode settings. Parsed and validated in vgraph.cudagraph.config (graph-modes work)."""
+    """Graph-mode settings, as `--compilation-config` JSON or `LLM(compilation_config=...)`.
 
-    cudagraph_mode: str = "NONE"
+    None means "auto": resolved by `resolve()` at start-up (mode FULL_AND_PIECEWISE on CUDA and
+    NONE on the CPU, default capture sizes, Inductor on CUDA only).
+    """
+
+    cudagraph_mode: CUDAGraphMode | None = None
+    cudagraph_capture_sizes: tuple[int, ...] | None = None
+    max_cudagraph_capture_size: int | None = None
+    cudagraph_num_of_warmups: int = 1
+    splitting_ops: tuple[str, ...] | None = None
+    use_inductor: bool | None = None
+    enforce_eager: bool = False
+    cache_dir: str | None = None  # compiled-artifact cache; default ~/.cache/vgraph/compile
+
+    @staticmethod
+    def parse(value: str | dict[str, Any] | CompilationConfig | None) -> CompilationConfig:
+        """From a JSON string, a dict or a CompilationConfig; ValueError names the bad key."""
+        if value is None:
+            return CompilationConfig()
+        if isinstance(value, CompilationConfig):
+            return value
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"compilation config is not valid JSON: {e}") from None
+        if not isinstance(value, dict):
+            raise ValueError(
+                f"compilation config must be a JSON object, got {type(value).__name__}"
+            )
+        allowed = [f.name for f in dataclasses.fields(CompilationConfig)]
+        unknown = sorted(set(value) - set(allowed))
+        if unknown:
+            raise ValueError(f"compilation config: unknown key(s) {unknown}; allowed keys: {allowed}")
+        kw: dict[str, Any] = {}
+        for key, v in value.items():
+            if v is None:
+                continue
+            if key == "cudagraph_mode":
+                kw[key] = CUDAGraphMode.parse(v)
+            elif key == "cudagraph_capture_sizes":
+                if not isinstance(v, list) or not all(_is_int(x) for x in v):
+                    raise ValueError(f"compilation config: {key}={v!r} must be a list of integers")
+                if any(x < 1 for x in v):
+                    raise ValueError(f"compilation config: {key}={v!r}: every size must be >= 1")
+                kw[key] = tuple(v)
+            elif key in ("max_cudagraph_capture_size", "cudagraph_num_of_warmups"):
+                low = 1 if key == "max_cudagraph_capture_size" else 0
+                if not _is_int(v) or v < low:
+                    raise ValueError(f"compilation config: {key}={v!r} must be an integer >= {low}")
+                kw[key] = v
+            elif key == "splitting_ops":
+                if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                    raise ValueError(f"compilation config: {key}={v!r} must be a list of op names")
+                kw[key] = tuple(v)
+            elif key in ("use_inductor", "enforce_eager"):
+                if not isinstance(v, bool):
+                    raise ValueError(f"compilation config: {key}={v!r} must be true or false")
+                kw[key] = v
+            elif key == "cache_dir":
+                if not isinstance(v, str):
+                    raise ValueError(f"compilation config: {key}={v!r} must be a string")
+                kw[key] = v
+        if kw.get("enforce_eager") and kw.get("cudagraph_mode", CUDAGraphMode.NONE) is not CUDAGraphMode.NONE:
+            raise ValueError(
+                f"compilation config: enforce_eager=true contradicts "
+                f"cudagraph_mode={kw['cudagraph_mode'].name}; drop one of them"
+            )
+        return CompilationConfig(**kw)
+
+    def resolve(self, device: torch.device, sched: SchedulerConfig) -> CompilationConfig:
+        """Fill every "auto" field for this device and scheduler (mode not yet vs. backend)."""
+        mode = self.cudagraph_mode
+        if self.enforce_eager:
+            mode = CUDAGraphMode.NONE
+        elif mode is None:
+            mode = CUDAGraphMode.FULL_AND_PIECEWISE if device.type == "cuda" else CUDAGraphMode.NONE
+        return dataclasses.replace(
+            self,
+            cudagraph_mode=mode,
+            cudagraph_capture_sizes=tuple(resolve_capture_sizes(self, sched)),
+            splitting_ops=(ATTENTION_OP,) if self.splitting_ops is None else self.splitting_ops,
+            use_inductor=device.type == "cuda" if self.use_inductor is None else self.use_inductor,
+        )
+
+    @property
+    def max_capture_size(self) -> int:
+        return max(self.cudagraph_capture_sizes or (0,))
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def resolve_capture_sizes(cc: CompilationConfig, sched: SchedulerConfig) -> list[int]:
+    """Default [1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16), max = min(2 * seqs, 512);
+    a user list is deduplicated and sorted. Sizes above max_num_batched_tokens (or the user's
+    max_cudagraph_capture_size) are dropped, each with a warning."""
+    limit = sched.max_num_batched_tokens
+    if cc.max_cudagraph_capture_size is not None:
+        limit = min(limit, cc.max_cudagraph_capture_size)
+    if cc.cudagraph_capture_sizes is None:
+        top = cc.max_cudagraph_capture_size or min(2 * sched.max_num_seqs, 512)
+        sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, top + 1, 16))
+        return [s for s in sizes if s <= min(top, limit)]
+    kept = []
+    for s in sorted(set(cc.cudagraph_capture_sizes)):
+        if s > limit:
+            logger.warning(
+                "cudagraph capture size %d dropped: above the limit %d (max_num_batched_tokens=%d,"
+                " max_cudagraph_capture_size=%s)", s, limit, sched.max_num_batched_tokens,
+                cc.max_cudagraph_capture_size,
+            )
+        else:
+            kept.append(s)
+    return kept
 
 
 @dataclass(frozen=True)
@@ -147,7 +270,8 @@ class VGraphConfig:
         num_gpu_blocks_override: int | None = None,
         max_num_seqs: int = 256,
         max_num_batched_tokens: int | None = None,
-        compilation_config: CompilationConfig | None = None,
+        compilation_config: CompilationConfig | dict[str, Any] | str | None = None,
+        enforce_eager: bool = False,
     ) -> VGraphConfig:
         """Resolve every "auto" and build the frozen config. Raises ValueError on bad input."""
         if model is None:
@@ -182,8 +306,27 @@ class VGraphConfig:
             tokenizer=tokenizer,
             served_model_name=served_model_name,
         )
-        from vgraph.attention.selector import resolve_backend_name
+        from vgraph.attention.selector import get_backend_cls, resolve_backend_name
 
+        scheduler_config = SchedulerConfig(
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_model_len=max_model_len,
+        )
+        backend = resolve_backend_name(attention_backend, dev)
+        comp = CompilationConfig.parse(compilation_config)
+        if enforce_eager:
+            comp = dataclasses.replace(comp, enforce_eager=True, cudagraph_mode=None)
+        comp = comp.resolve(dev, scheduler_config)
+        comp = dataclasses.replace(comp, cudagraph_mode=resolve_cudagraph_mode(
+            comp.cudagraph_mode, backend, get_backend_cls(backend).cudagraph_support,
+            piecewise_available(comp),
+        ))
+        if comp.cudagraph_mode is not CUDAGraphMode.NONE and not comp.cudagraph_capture_sizes:
+            raise ValueError(
+                f"cudagraph_mode={comp.cudagraph_mode.name} needs at least one capture size, but "
+                f"none is left under max_num_batched_tokens={max_num_batched_tokens}"
+            )
         return VGraphConfig(
             model_config=model_config,
             cache_config=CacheConfig(
@@ -192,15 +335,11 @@ class VGraphConfig:
                 cpu_kv_cache_bytes=cpu_kv_cache_bytes,
                 num_gpu_blocks_override=num_gpu_blocks_override,
             ),
-            scheduler_config=SchedulerConfig(
-                max_num_seqs=max_num_seqs,
-                max_num_batched_tokens=max_num_batched_tokens,
-                max_model_len=max_model_len,
-            ),
+            scheduler_config=scheduler_config,
             parallel_config=ParallelConfig(),
-            compilation_config=compilation_config or CompilationConfig(),
+            compilation_config=comp,
             device=dev,
-            attention_backend=resolve_backend_name(attention_backend, dev),
+            attention_backend=backend,
         )
 
     def replace(self, **changes: Any) -> VGraphConfig:

@@ -20,6 +20,7 @@ class ForwardContext:
     runtime_mode: Any = None  # CUDAGraphMode of this step (NONE when eager)
     batch_descriptor: Any = None  # BatchDescriptor chosen by the dispatcher
     attn_layers: dict[str, Any] = field(default_factory=dict)  # layer name -> Attention module
+    capturing: bool = False  # graph wrappers may capture a missing key only while this is set
 
 
 _forward_context: ForwardContext | None = None

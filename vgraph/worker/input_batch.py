@@ -123,3 +123,31 @@ class InputBuffers:
             max_seq_len=int(seq_lens.max()),
             uniform_decode=bool((nst == 1).all()),
         )
+
+    def prepare_dummy(self, num_tokens: int, num_reqs: int) -> StepInputs:
+        """A batch for warm-up and capture: num_tokens split over num_reqs requests, every KV
+        write to slot -1, so no real cache block is touched."""
+        assert 1 <= num_reqs <= num_tokens
+        q_lens = np.full(num_reqs, num_tokens // num_reqs, dtype=np.int64)
+        q_lens[: num_tokens % num_reqs] += 1
+        self.input_ids.np[:num_tokens] = 0
+        self.positions.np[:num_tokens] = 0
+        self.slot_mapping.np[:num_tokens] = -1
+        self.query_start_loc.np[0] = 0
+        self.query_start_loc.np[1:num_reqs + 1] = np.cumsum(q_lens)
+        self.seq_lens.np[:num_reqs] = q_lens
+        self.block_table.np[:num_reqs] = 0
+        for buf in (self.input_ids, self.positions, self.slot_mapping):
+            buf.copy_to_device(num_tokens)
+        self.query_start_loc.copy_to_device(num_reqs + 1)
+        self.seq_lens.copy_to_device(num_reqs)
+        self.block_table.copy_to_device(num_reqs)
+        return StepInputs(
+            num_reqs=num_reqs,
+            num_tokens=num_tokens,
+            num_reqs_padded=num_reqs,
+            num_tokens_padded=num_tokens,
+            max_query_len=int(q_lens.max()),
+            max_seq_len=int(q_lens.max()),
+            uniform_decode=num_reqs == num_tokens,
+        )

@@ -2,24 +2,32 @@
 
 execute_model() stages:
   1. prepare_inputs: SchedulerOutput -> persistent buffers -> CommonAttentionMetadata
-  2. execute_forward: the model under a ForwardContext
-  3. sample: logits of each request's last token -> Sampler, on the device
-  4. one device-to-host copy of the sampled ids (and logprobs) -> ModelRunnerOutput
+  2. dispatch: runtime mode (FULL / PIECEWISE / NONE) and padded BatchDescriptor for the step
+  3. execute_forward: the model (or its graph replay) under a ForwardContext
+  4. sample: logits of each request's last token -> Sampler, on the device
+  5. one device-to-host copy of the sampled ids (and logprobs) -> ModelRunnerOutput
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from tqdm import tqdm
 
 from vgraph.attention.backend import AttentionBackend, CommonAttentionMetadata
 from vgraph.attention.selector import get_backend_cls
 from vgraph.config import VGraphConfig
 from vgraph.core.scheduler import SchedulerOutput
 from vgraph.engine.protocol import TokenLogprobs
+from vgraph.cudagraph.backends import make_graph_backend
+from vgraph.cudagraph.counters import GraphCounters
+from vgraph.cudagraph.dispatcher import BatchDescriptor, CudagraphDispatcher
+from vgraph.cudagraph.modes import CUDAGraphMode
+from vgraph.cudagraph.wrapper import CUDAGraphWrapper
 from vgraph.forward_context import ForwardContext, set_forward_context
 from vgraph.layers.attention import Attention
 from vgraph.models.loader import load_model
@@ -51,9 +59,18 @@ class ModelRunner:
             self.max_num_tokens, self.max_num_reqs, self.max_blocks_per_req, cc.block_size,
             self.device,
         )
+        self.compilation_config = comp = config.compilation_config
+        self.cudagraph_mode: CUDAGraphMode = comp.cudagraph_mode
+        self.dispatcher = CudagraphDispatcher(
+            self.cudagraph_mode, comp.cudagraph_capture_sizes or (), self.backend.cudagraph_support,
+            self.max_num_reqs,
+        )
+        self.graph_backend = make_graph_backend(self.device)
+        self.counters_ = GraphCounters()
         self.sampler = Sampler()
         self.generators: dict[str, torch.Generator] = {}
         self.model: torch.nn.Module | None = None
+        self.model_fn: Callable[..., torch.Tensor] | None = None  # model, maybe graph-wrapped
         self.attn_layers: dict[str, Attention] = {}
         self.kv_caches: dict[str, torch.Tensor] = {}
         self.num_blocks = 0
@@ -69,6 +86,9 @@ class ModelRunner:
                     module.num_heads, module.num_kv_heads, module.head_dim, module.scale
                 )
                 self.attn_layers[module.layer_name] = module
+        self.model_fn = self.model
+        if self.cudagraph_mode.has_full():
+            self.model_fn = CUDAGraphWrapper(self.model, CUDAGraphMode.FULL, self.graph_backend)
         logger.info(
             "loaded %s (%s, %s) in %.1f s", self.config.model_config.name,
             self.config.model_config.architecture, self.dtype, time.perf_counter() - t0,
@@ -128,13 +148,36 @@ class ModelRunner:
     def execute_model(self, sched: SchedulerOutput) -> ModelRunnerOutput:
         for rid in sched.finished_req_ids:
             self.generators.pop(rid, None)
-        step, common = self.prepare_inputs(sched)
-        hidden = self.execute_forward(step, common)
+        mode, key, t_pad, r_pad = self.dispatch(sched)
+        step, common = self.prepare_inputs(sched, t_pad, r_pad)
+        hidden = self.execute_forward(step, common, mode, key)
         out = self.sample(sched, step, hidden)
         return self.to_host(sched, out)
 
-    def prepare_inputs(self, sched: SchedulerOutput) -> tuple[StepInputs, CommonAttentionMetadata]:
-        step = self.buffers.prepare(sched)
+    def dispatch(
+        self, sched: SchedulerOutput
+    ) -> tuple[CUDAGraphMode, BatchDescriptor | None, int | None, int | None]:
+        """-> (runtime mode, graph key, padded token count, padded request count)."""
+        num_tokens = sched.total_num_scheduled_tokens
+        mode, key, why = self.dispatcher.dispatch(num_tokens, sched.is_uniform_decode)
+        t_pad = r_pad = None
+        if key is not None:
+            t_pad = key.num_tokens
+            if mode is CUDAGraphMode.FULL:  # the graph's attention launch fixed the request count
+                r_pad = key.num_reqs or min(key.num_tokens, self.max_num_reqs)
+        self.counters_.record_step(mode, why, (t_pad or num_tokens) - num_tokens)
+        return mode, key, t_pad, r_pad
+
+    def prepare_inputs(
+        self, sched: SchedulerOutput, num_tokens_padded: int | None = None,
+        num_reqs_padded: int | None = None,
+    ) -> tuple[StepInputs, CommonAttentionMetadata]:
+        step = self.buffers.prepare(sched, num_tokens_padded, num_reqs_padded)
+        return step, self.build_common_metadata(step)
+
+    def build_common_metadata(
+        self, step: StepInputs, for_capture: bool = False
+    ) -> CommonAttentionMetadata:
         b = self.buffers
         common = CommonAttentionMetadata(
             query_start_loc=b.query_start_loc.gpu[: step.num_reqs_padded + 1],
@@ -147,17 +190,25 @@ class ModelRunner:
             num_actual_tokens=step.num_tokens,
             max_query_len=step.max_query_len,
             max_seq_len=step.max_seq_len,
+            for_capture=for_capture,
         )
-        return step, common
 
-    def execute_forward(self, step: StepInputs, common: CommonAttentionMetadata) -> torch.Tensor:
+    def execute_forward(
+        self,
+        step: StepInputs,
+        common: CommonAttentionMetadata,
+        mode: CUDAGraphMode = CUDAGraphMode.NONE,
+        key: BatchDescriptor | None = None,
+        capturing: bool = False,
+    ) -> torch.Tensor:
         """Returns hidden states [num_tokens_padded, hidden_size]."""
         n = step.num_tokens_padded
         ctx = ForwardContext(
-            attn_metadata=common, kv_caches=self.kv_caches, attn_layers=self.attn_layers
+            attn_metadata=common, kv_caches=self.kv_caches, attn_layers=self.attn_layers,
+            runtime_mode=mode, batch_descriptor=key, capturing=capturing,
         )
         with set_forward_context(ctx):
-            return self.model(self.buffers.input_ids.gpu[:n], self.buffers.positions.gpu[:n])
+            return self.model_fn(self.buffers.input_ids.gpu[:n], self.buffers.positions.gpu[:n])
 
     def sample(self, sched: SchedulerOutput, step: StepInputs, hidden: torch.Tensor) -> SamplerOutput:
         last = self.buffers.query_start_loc.gpu[1: step.num_reqs + 1].long() - 1  # [R]
@@ -185,9 +236,32 @@ class ModelRunner:
             entries.append(TokenLogprobs(ids, row[2 + width: 3 + width + n], int(row[1])))
         return ModelRunnerOutput(token_ids, entries)
 
-    # ---- graphs (filled in by the graph-mode work) -------------------------------------------
+    # ---- graphs -----------------------------------------------------------------------------
+    @torch.inference_mode()
     def capture_model(self) -> None:
-        """Capture CUDA graphs for the configured modes; nothing to do when eager."""
+        """Capture every key of the dispatcher, FULL first, each largest first, after warm-ups.
+
+        Runs after the KV cache exists; dummy batches write only to slot -1.
+        """
+        keys = self.dispatcher.capture_keys()
+        if not keys:
+            return
+        t0, mem0 = time.perf_counter(), self.graph_backend.memory_in_use()
+        for mode, key in tqdm(keys, desc="Capturing graphs", unit="graph"):
+            num_reqs = key.num_reqs or min(key.num_tokens, self.max_num_reqs)
+            step = self.buffers.prepare_dummy(key.num_tokens, num_reqs)
+            common = self.build_common_metadata(step, for_capture=mode is CUDAGraphMode.FULL)
+            for _ in range(self.compilation_config.cudagraph_num_of_warmups):
+                self.execute_forward(step, common)
+            self.execute_forward(step, common, mode, key, capturing=True)
+        c = self.counters_
+        c.num_graphs = len(keys)
+        c.capture_seconds = time.perf_counter() - t0
+        c.graph_memory_bytes = max(self.graph_backend.memory_in_use() - mem0, 0)
+        logger.info(
+            "captured %d graphs (%s) in %.1f s, taking %.3f GiB", c.num_graphs,
+            self.cudagraph_mode.name, c.capture_seconds, c.graph_memory_bytes / 2**30,
+        )
 
     def counters(self) -> dict[str, float]:
-        return {}
+        return self.counters_.as_dict()

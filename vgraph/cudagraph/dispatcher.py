@@ -1,0 +1,94 @@
+"""BatchDescriptor and the dispatcher: which runtime mode and graph key each step uses.
+
+The dispatcher is the single source of truth: the valid keys per runtime mode are decided once at
+start-up from the resolved mode, the attention backend's support and the capture sizes; each step
+asks `dispatch()` and the graph wrappers obey what it put in the forward context.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+from typing import NamedTuple
+
+from vgraph.attention.backend import AttentionCGSupport
+from vgraph.cudagraph.modes import CUDAGraphMode
+
+
+class BatchDescriptor(NamedTuple):
+    """A graph key. num_tokens is padded to a capture size; PIECEWISE keys and relaxed FULL keys
+    have num_reqs None and uniform False (they do not care how tokens split into requests)."""
+
+    num_tokens: int
+    num_reqs: int | None = None
+    uniform: bool = False
+
+    def relaxed(self) -> BatchDescriptor:
+        return BatchDescriptor(self.num_tokens)
+
+
+class EagerReason(enum.Enum):
+    """Why a step ran eagerly although the mode has graphs."""
+
+    ABOVE_MAX_SIZE = "above_max_size"
+    CASCADE = "cascade"
+    UNSUPPORTED = "unsupported"  # the mode (or backend) has no graph for this kind of step
+
+
+class CudagraphDispatcher:
+    def __init__(
+        self,
+        mode: CUDAGraphMode,
+        capture_sizes: list[int] | tuple[int, ...],
+        support: AttentionCGSupport,
+        max_num_reqs: int,
+    ) -> None:
+        self.mode = mode
+        self.capture_sizes = sorted(capture_sizes)
+        self.keys: dict[CUDAGraphMode, set[BatchDescriptor]] = {
+            CUDAGraphMode.FULL: set(),
+            CUDAGraphMode.PIECEWISE: set(),
+        }
+        if mode is CUDAGraphMode.NONE:
+            return
+        for size in self.capture_sizes:
+            if mode.mixed_mode() is CUDAGraphMode.PIECEWISE or mode is CUDAGraphMode.PIECEWISE:
+                self.keys[CUDAGraphMode.PIECEWISE].add(BatchDescriptor(size))
+            if mode.mixed_mode() is CUDAGraphMode.FULL and support is AttentionCGSupport.ALWAYS:
+                self.keys[CUDAGraphMode.FULL].add(BatchDescriptor(size))
+            if mode.decode_mode() is CUDAGraphMode.FULL and size <= max_num_reqs:
+                self.keys[CUDAGraphMode.FULL].add(BatchDescriptor(size, size, True))
+
+    def padded_size(self, num_tokens: int) -> int | None:
+        """Smallest capture size >= num_tokens, or None above the largest."""
+        i = bisect.bisect_left(self.capture_sizes, num_tokens)
+        return self.capture_sizes[i] if i < len(self.capture_sizes) else None
+
+    def dispatch(
+        self, num_tokens: int, uniform_decode: bool, use_cascade: bool = False
+    ) -> tuple[CUDAGraphMode, BatchDescriptor | None, EagerReason | None]:
+        """-> (runtime mode, key, why eager). FULL (exact key, then relaxed) > PIECEWISE > NONE."""
+        if self.mode is CUDAGraphMode.NONE:
+            return CUDAGraphMode.NONE, None, None
+        padded = self.padded_size(num_tokens)
+        if padded is None:
+            return CUDAGraphMode.NONE, None, EagerReason.ABOVE_MAX_SIZE
+        relaxed = BatchDescriptor(padded)
+        if not use_cascade:
+            full = self.keys[CUDAGraphMode.FULL]
+            exact = BatchDescriptor(padded, padded, True) if uniform_decode else relaxed
+            if exact in full:
+                return CUDAGraphMode.FULL, exact, None
+            if relaxed in full:
+                return CUDAGraphMode.FULL, relaxed, None
+        if relaxed in self.keys[CUDAGraphMode.PIECEWISE]:
+            return CUDAGraphMode.PIECEWISE, relaxed, None
+        return CUDAGraphMode.NONE, None, EagerReason.CASCADE if use_cascade else EagerReason.UNSUPPORTED
+
+    def capture_keys(self) -> list[tuple[CUDAGraphMode, BatchDescriptor]]:
+        """Every key to capture: FULL first, each mode largest first."""
+        out = []
+        for mode in (CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE):
+            keys = sorted(self.keys[mode], key=lambda k: (k.num_tokens, k.uniform), reverse=True)
+            out.extend((mode, k) for k in keys)
+        return out
