@@ -86,9 +86,14 @@ class ModelRunner:
                     module.num_heads, module.num_kv_heads, module.head_dim, module.scale
                 )
                 self.attn_layers[module.layer_name] = module
-        self.model_fn = self.model
+        runnable: Callable[..., torch.Tensor] = self.model
+        if self.cudagraph_mode.needs_piecewise():
+            from vgraph.compilation.piecewise import compile_piecewise
+
+            runnable = compile_piecewise(self.model, self.config, self.graph_backend)
+        self.model_fn = runnable
         if self.cudagraph_mode.has_full():
-            self.model_fn = CUDAGraphWrapper(self.model, CUDAGraphMode.FULL, self.graph_backend)
+            self.model_fn = CUDAGraphWrapper(runnable, CUDAGraphMode.FULL, self.graph_backend)
         logger.info(
             "loaded %s (%s, %s) in %.1f s", self.config.model_config.name,
             self.config.model_config.architecture, self.dtype, time.perf_counter() - t0,
