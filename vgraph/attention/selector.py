@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import importlib
+import logging
 
 import torch
 
 from vgraph.attention.backend import AttentionBackend
 
+logger = logging.getLogger(__name__)
+
 _BACKENDS = {
     "torch": "vgraph.attention.torch_backend:TorchAttentionBackend",
+    "csrc": "vgraph.attention.csrc_backend:CsrcAttentionBackend",
 }
 
 
@@ -23,8 +27,17 @@ def get_backend_cls(name: str) -> type[AttentionBackend]:
 
 
 def resolve_backend_name(name: str, device: torch.device) -> str:
-    """Map "auto" to the best available backend; reject unknown or unusable names."""
+    """Map "auto" to the best available backend; reject unknown or unusable names.
+
+    auto: csrc on CUDA when built (it supports full graphs of any step), else torch; on the CPU
+    torch, the readable reference.
+    """
     if name == "auto":
+        if device.type == "cuda":
+            why_not = get_backend_cls("csrc").is_available(device)
+            if why_not is None:
+                return "csrc"
+            logger.warning("attention backend csrc unavailable (%s); using torch", why_not)
         return "torch"
     if name not in _BACKENDS:
         raise ValueError(

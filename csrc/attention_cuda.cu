@@ -1,0 +1,597 @@
+// paged_attention on CUDA: split-K ("flash-decoding") over the paged KV cache.
+//
+// Grid (num_tokens, num_heads / GT, num_parts): one CTA per (query token, group of GT query heads
+// sharing one kv head, context partition). Each CTA streams its partition of K/V once for all GT
+// heads through a cp.async pipeline, keeps an online softmax per token lane, merges the lanes in
+// shared memory, and writes either the final row (the context fits one partition) or an
+// unnormalised partial that paged_attention_reduce_kernel merges. Prefill and mixed batches use
+// the same path per query token (correct, not tuned: K/V are re-read per token, from L2).
+//
+// CUDA graphs: the grid depends only on num_tokens, num_heads and the static sizes of the buffers
+// (block_table width, SM count). Every length, request boundary and block id is read on the device;
+// a partition's length is derived there from the sequence length, and CTAs past the end exit.
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <algorithm>
+
+#include "common.h"
+
+namespace vgraph {
+namespace {
+
+constexpr int kThreads = 128;         // threads per CTA (4 warps)
+constexpr int kTokensPerLane = 4;     // consecutive positions per token lane per iteration
+constexpr int kStages = 3;            // cp.async pipeline depth: 48 KiB smem, 4 CTAs per SM
+constexpr int kMinChunk = 64;         // smallest partition, in positions
+constexpr int kMaxChunk = 8192;       // longest partition a long context is cut into
+constexpr int kMaxParts = 512;        // bound on partitions (the reduce keeps weights in smem)
+constexpr int64_t kMaxWorkspaceBytes = 64 << 20;  // bound on the partials of one call
+constexpr int kReduceThreads = 256;
+
+struct AttnParams {
+  void* out;                     // [num_tokens, num_heads, head_dim] (strided rows)
+  const void* query;             // [num_tokens, num_heads, head_dim] (strided rows)
+  const void* key_cache;         // [num_blocks, block_size, num_kv_heads, head_dim]
+  const void* value_cache;       // [num_blocks, block_size, num_kv_heads, head_dim]
+  const int* query_start_loc;    // [num_reqs_padded + 1]
+  const int* seq_lens;           // [num_reqs_padded]
+  const int* block_table;        // [num_reqs_padded, max_blocks_per_req] (row stride bt_stride)
+  float* part_out;               // [num_tokens, num_heads, num_parts, head_dim]
+  float2* part_ml;               // [num_tokens, num_heads, num_parts] (max in log2 units, sum)
+  int* part_used;                // [num_tokens] partitions holding a partial
+  int64_t q_tok_stride, q_head_stride, o_tok_stride, o_head_stride, bt_stride;
+  int num_heads, num_kv_heads, num_reqs, max_blocks, log2_block_size, num_parts, group;
+  float scale_log2;              // softmax scale * log2(e): scores live in log2 units
+};
+
+template <typename scalar_t, int HEAD_DIM, int GT>
+struct AttnCfg {
+  static constexpr int kVec = 16 / sizeof(scalar_t);       // elements per 16-byte load
+  static constexpr int kLanes = HEAD_DIM / kVec;           // threads sharing one position
+  static constexpr int kTokenLanes = kThreads / kLanes;    // positions processed side by side
+  static constexpr int kTokensPerIter = kTokenLanes * kTokensPerLane;
+  static constexpr int kPipeBytes = kStages * kTokensPerLane * 2 * kThreads * 16;
+  static constexpr int kMergeBytes = kTokenLanes * GT * (HEAD_DIM + 2) * 4;
+  static constexpr int kSmemBytes = kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes;
+  static_assert(kLanes <= 32 && 32 % kLanes == 0, "a position's lanes must sit in one warp");
+};
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// 16-byte global -> shared copy; zero-fills when !valid (no bytes are read then).
+__device__ __forceinline__ void cp_async16(uint4* smem, const void* gmem, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
+               "r"(src_bytes));
+#else
+  *smem = valid ? *reinterpret_cast<const uint4*>(gmem) : make_uint4(0, 0, 0, 0);
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+// 16 bytes -> float[16 / sizeof(scalar_t)].
+template <typename scalar_t>
+__device__ __forceinline__ void unpack(const uint4& raw, float* f);
+
+template <>
+__device__ __forceinline__ void unpack<float>(const uint4& raw, float* f) {
+  f[0] = __uint_as_float(raw.x);
+  f[1] = __uint_as_float(raw.y);
+  f[2] = __uint_as_float(raw.z);
+  f[3] = __uint_as_float(raw.w);
+}
+
+template <>
+__device__ __forceinline__ void unpack<c10::Half>(const uint4& raw, float* f) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __half2float(__ushort_as_half(static_cast<unsigned short>(w[i] & 0xffffu)));
+    f[2 * i + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(w[i] >> 16)));
+  }
+}
+
+template <>
+__device__ __forceinline__ void unpack<c10::BFloat16>(const uint4& raw, float* f) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {  // bf16 is the high half of a float32
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+// Owner request of token t (-1 for a pad token); s_meta gets {r, q_start, q_end, seq_len}. All
+// threads test candidate requests in parallel, starting at min(t, num_reqs - 1) and going down,
+// so a decode batch (request t owns token t) resolves in one round trip.
+__device__ int find_request(const int* __restrict__ qsl, const int* __restrict__ seq_lens,
+                            int num_reqs, int t, int* s_meta) {
+  if (threadIdx.x == 0) s_meta[0] = -1;
+  __syncthreads();
+  const int first = min(t, num_reqs - 1);
+  for (int base = 0; base < num_reqs; base += kThreads) {
+    int r = first - base - static_cast<int>(threadIdx.x);
+    if (r < 0) r += num_reqs;
+    bool hit = false;
+    if (base + static_cast<int>(threadIdx.x) < num_reqs) {
+      const int a = qsl[r];
+      const int b = qsl[r + 1];
+      const int seq_len = seq_lens[r];  // loaded with the bounds, used only on a hit
+      hit = a <= t && t < b;
+      if (hit) {
+        s_meta[0] = r;
+        s_meta[1] = a;
+        s_meta[2] = b;
+        s_meta[3] = seq_len;
+      }
+    }
+    if (__syncthreads_or(hit)) break;
+  }
+  return s_meta[0];
+}
+
+// A context of ctx positions is cut into `used` <= num_parts chunks of `chunk` positions (a
+// multiple of the block size, at least kMinChunk). Computed identically by every CTA of a token.
+__device__ __forceinline__ void split_context(int ctx, int num_parts, int log2_bs, int& chunk,
+                                              int& used) {
+  if (ctx <= 0) {
+    chunk = 0;
+    used = 0;
+    return;
+  }
+  int c = (ctx + num_parts - 1) / num_parts;
+  c = ((c + (1 << log2_bs) - 1) >> log2_bs) << log2_bs;
+  c = max(c, kMinChunk);
+  chunk = c;
+  used = (ctx + c - 1) / c;
+}
+
+template <typename scalar_t, int HEAD_DIM, int GT>
+__global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnParams p) {
+  using Cfg = AttnCfg<scalar_t, HEAD_DIM, GT>;
+  constexpr int VEC = Cfg::kVec;
+  constexpr int LANES = Cfg::kLanes;
+  constexpr int TLANES = Cfg::kTokenLanes;
+  constexpr int U = kTokensPerLane;
+  constexpr int TPI = Cfg::kTokensPerIter;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ int s_meta[4];
+
+  const int t = blockIdx.x;
+  const int h0 = blockIdx.y * GT;
+  const int part = blockIdx.z;
+  const int tid = threadIdx.x;
+  const int lane_d = tid % LANES;  // which 16-byte slice of head_dim
+  const int tl = tid / LANES;      // token lane
+  const int kvh = h0 / p.group;
+  scalar_t* out = reinterpret_cast<scalar_t*>(p.out) + t * p.o_tok_stride;
+
+  // 1. This lane's slice of the GT query rows, pre-scaled into log2 units (loads issued first so
+  // they overlap the request lookup).
+  float q[GT][VEC];
+  {
+    const scalar_t* qp =
+        reinterpret_cast<const scalar_t*>(p.query) + t * p.q_tok_stride + lane_d * VEC;
+#pragma unroll
+    for (int g = 0; g < GT; ++g)
+#pragma unroll
+      for (int v = 0; v < VEC; ++v)
+        q[g][v] = static_cast<float>(qp[(h0 + g) * p.q_head_stride + v]) * p.scale_log2;
+  }
+
+  // 2. Which request owns this token, and how many positions it attends to.
+  const int r = find_request(p.query_start_loc, p.seq_lens, p.num_reqs, t, s_meta);
+  int ctx = 0;
+  if (r >= 0) {
+    const int q_start = s_meta[1];
+    const int q_len = s_meta[2] - q_start;
+    ctx = s_meta[3] - q_len + (t - q_start) + 1;
+    ctx = max(0, min(ctx, p.max_blocks << p.log2_block_size));
+  }
+  int chunk, used;
+  split_context(ctx, p.num_parts, p.log2_block_size, chunk, used);
+  if (p.num_parts > 1 && part == 0 && blockIdx.y == 0 && tid == 0) p.part_used[t] = used;
+  if (used == 0) {  // pad token: the row is defined as zeros
+    if (part == 0) {
+      for (int i = tid; i < GT * HEAD_DIM; i += kThreads) {
+        out[(h0 + i / HEAD_DIM) * p.o_head_stride + i % HEAD_DIM] = static_cast<scalar_t>(0.f);
+      }
+    }
+    return;
+  }
+  if (part >= used) return;
+  const int start = part * chunk;
+  const int end = min(start + chunk, ctx);
+  const int num_iters = (end - start + TPI - 1) / TPI;
+
+  // 3. Stream K/V: lane (tl, lane_d) owns positions pos0 + [0, U) of each iteration, all in one
+  // block (block_size >= U and pos0 % U == 0), staged in its own smem slots so no barrier is
+  // needed between the copy and the use.
+  uint4* stage_buf = reinterpret_cast<uint4*>(smem);  // [kStages][U][2][kThreads]
+  const int64_t tok_stride = static_cast<int64_t>(p.num_kv_heads) * HEAD_DIM;
+  const int64_t blk_stride = tok_stride << p.log2_block_size;
+  const int bs_mask = (1 << p.log2_block_size) - 1;
+  const scalar_t* kc =
+      reinterpret_cast<const scalar_t*>(p.key_cache) + kvh * HEAD_DIM + lane_d * VEC;
+  const scalar_t* vc =
+      reinterpret_cast<const scalar_t*>(p.value_cache) + kvh * HEAD_DIM + lane_d * VEC;
+  const int* bt = p.block_table + static_cast<int64_t>(r) * p.bt_stride;
+
+  // Block ids are loaded a stage ahead of their copies, so no copy waits on a block-table read.
+  auto block_of = [&](int iter) {
+    const int pos0 = start + iter * TPI + tl * U;
+    return iter < num_iters && pos0 < end ? bt[pos0 >> p.log2_block_size] : 0;
+  };
+  auto issue = [&](int iter, int blk) {
+    if (iter < num_iters) {
+      const int pos0 = start + iter * TPI + tl * U;
+      uint4* slot = stage_buf + (iter % kStages) * U * 2 * kThreads + tid;
+      const int64_t off = static_cast<int64_t>(blk) * blk_stride +
+                          static_cast<int64_t>(pos0 & bs_mask) * tok_stride;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const bool valid = pos0 + u < end;
+        const int64_t o = valid ? off + u * tok_stride : 0;
+        cp_async16(slot + (2 * u) * kThreads, kc + o, valid);
+        cp_async16(slot + (2 * u + 1) * kThreads, vc + o, valid);
+      }
+    }
+    cp_async_commit();  // an empty group past the end keeps the group count uniform
+  };
+
+  // Softmax state per token lane: running max m (log2 units), sum l, unnormalised acc.
+  float m[GT], l[GT], acc[GT][VEC];
+#pragma unroll
+  for (int g = 0; g < GT; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.f;
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) acc[g][v] = 0.f;
+  }
+
+  int blk[kStages];
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) blk[s] = block_of(s);  // independent loads, one round trip
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) issue(s, blk[s]);
+  int next_blk = blk[kStages - 1];
+
+  for (int iter = 0; iter < num_iters; ++iter) {
+    cp_async_wait<kStages - 2>();          // this iteration's group has landed
+    issue(iter + kStages - 1, next_blk);   // refills the stage consumed by the previous iteration
+    next_blk = block_of(iter + kStages);
+    const uint4* slot = stage_buf + (iter % kStages) * U * 2 * kThreads + tid;
+    const int pos0 = start + iter * TPI + tl * U;
+
+    // Partial dot products of this lane's head_dim slice: s[u][g] = q[g] . k[u].
+    float s[U][GT];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float kf[VEC];
+      unpack<scalar_t>(slot[(2 * u) * kThreads], kf);
+#pragma unroll
+      for (int g = 0; g < GT; ++g) {
+        float dot = 0.f;
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) dot = fmaf(q[g][v], kf[v], dot);
+        s[u][g] = dot;
+      }
+    }
+
+    // Full scores (butterfly over the lanes of a position), then the online-softmax step.
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int g = 0; g < GT; ++g) {
+#pragma unroll
+        for (int off = LANES / 2; off > 0; off >>= 1)
+          s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], off);
+        if (pos0 + u >= end) s[u][g] = -INFINITY;
+      }
+    float p[U][GT];  // softmax numerators of this iteration
+#pragma unroll
+    for (int g = 0; g < GT; ++g) {
+      float mx = m[g];
+#pragma unroll
+      for (int u = 0; u < U; ++u) mx = fmaxf(mx, s[u][g]);
+      if (mx > m[g]) {  // rescale only when the running max moves
+        const float alpha = fast_exp2(m[g] - mx);
+        l[g] *= alpha;
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) acc[g][v] *= alpha;
+        m[g] = mx;
+      }
+      const float ref = m[g] == -INFINITY ? 0.f : m[g];  // all masked so far: p = 0
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        p[u][g] = fast_exp2(s[u][g] - ref);
+        l[g] += p[u][g];
+      }
+    }
+
+    // acc += p * V, each V vector converted once for all GT heads.
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float vf[VEC];
+      unpack<scalar_t>(slot[(2 * u + 1) * kThreads], vf);
+#pragma unroll
+      for (int g = 0; g < GT; ++g)
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) acc[g][v] = fmaf(p[u][g], vf[v], acc[g][v]);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the pipeline buffers become the merge buffers
+
+  // 4. Merge the token lanes' softmax states; token lane 0 saw position `start`, so mx is finite.
+  float* s_acc = reinterpret_cast<float*>(smem);  // [TLANES][GT][HEAD_DIM]
+  float* s_m = s_acc + TLANES * GT * HEAD_DIM;    // [TLANES][GT]
+  float* s_l = s_m + TLANES * GT;                 // [TLANES][GT]
+#pragma unroll
+  for (int g = 0; g < GT; ++g) {
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) s_acc[(tl * GT + g) * HEAD_DIM + lane_d * VEC + v] = acc[g][v];
+    if (lane_d == 0) {
+      s_m[tl * GT + g] = m[g];
+      s_l[tl * GT + g] = l[g];
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < GT * HEAD_DIM; i += kThreads) {
+    const int g = i / HEAD_DIM;
+    const int d = i % HEAD_DIM;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < TLANES; ++j) mx = fmaxf(mx, s_m[j * GT + g]);
+    float sum = 0.f, a = 0.f;
+#pragma unroll
+    for (int j = 0; j < TLANES; ++j) {
+      const float w = fast_exp2(s_m[j * GT + g] - mx);
+      sum = fmaf(s_l[j * GT + g], w, sum);
+      a = fmaf(s_acc[(j * GT + g) * HEAD_DIM + d], w, a);
+    }
+    if (used == 1) {  // the whole context in one partition: final row, the reduce skips it
+      out[(h0 + g) * p.o_head_stride + d] = static_cast<scalar_t>(a / sum);
+    } else {
+      const int64_t row = (static_cast<int64_t>(t) * p.num_heads + h0 + g) * p.num_parts + part;
+      p.part_out[row * HEAD_DIM + d] = a;
+      if (d == 0) p.part_ml[row] = make_float2(mx, sum);
+    }
+  }
+}
+
+template <bool kMax>
+__device__ __forceinline__ float block_reduce(float x, float* s_tmp) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float y = __shfl_xor_sync(0xffffffffu, x, off);
+    x = kMax ? fmaxf(x, y) : x + y;
+  }
+  const int warp = threadIdx.x / 32;
+  if (threadIdx.x % 32 == 0) s_tmp[warp] = x;
+  __syncthreads();
+  x = s_tmp[0];
+  for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) {
+    x = kMax ? fmaxf(x, s_tmp[w]) : x + s_tmp[w];
+  }
+  __syncthreads();  // s_tmp is reused by the next call
+  return x;
+}
+
+// Merges the partials of one (token, head): out = sum_p acc_p 2^(m_p - M) / sum_p l_p 2^(m_p - M).
+// Partitions are read side by side (PL rows of float4 lanes) so their loads overlap.
+template <typename scalar_t, int HEAD_DIM>
+__global__ void __launch_bounds__(kReduceThreads) paged_attention_reduce_kernel(const AttnParams p) {
+  constexpr int DV = HEAD_DIM / 4;           // float4 lanes of one row
+  constexpr int PL = kReduceThreads / DV;    // partitions in flight
+  static_assert(kMaxParts % kReduceThreads == 0, "stats are read kMaxParts / threads at a time");
+  __shared__ float s_w[kMaxParts];           // 2^(m_p - M)
+  __shared__ float s_l[kMaxParts];
+  __shared__ float s_tmp[kReduceThreads / 32];
+  __shared__ float4 s_acc[PL][DV];
+  const int t = blockIdx.x;
+  const int h = blockIdx.y;
+  const int tid = threadIdx.x;
+  scalar_t* out = reinterpret_cast<scalar_t*>(p.out) + t * p.o_tok_stride + h * p.o_head_stride;
+  const int64_t row0 = (static_cast<int64_t>(t) * p.num_heads + h) * p.num_parts;
+  // Stats are read before n is known (entries past n are ignored), saving a round trip.
+  float2 e[kMaxParts / kReduceThreads];
+#pragma unroll
+  for (int j = 0; j < kMaxParts / kReduceThreads; ++j) {
+    const int i = tid + j * kReduceThreads;
+    e[j] = i < p.num_parts ? p.part_ml[row0 + i] : make_float2(-INFINITY, 0.f);
+  }
+  const int n = p.part_used[t];
+  if (n <= 1) return;  // pad token or a single partition: the main kernel wrote the row
+  float mx = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kMaxParts / kReduceThreads; ++j) {
+    const int i = tid + j * kReduceThreads;
+    if (i < n) {
+      s_w[i] = e[j].x;
+      s_l[i] = e[j].y;
+      mx = fmaxf(mx, e[j].x);
+    }
+  }
+  mx = block_reduce<true>(mx, s_tmp);
+  float sum = 0.f;
+  for (int i = tid; i < n; i += kReduceThreads) {
+    const float w = fast_exp2(s_w[i] - mx);
+    s_w[i] = w;
+    sum = fmaf(s_l[i], w, sum);
+  }
+  const float inv = 1.f / block_reduce<false>(sum, s_tmp);  // its barriers publish s_w
+  const int pl = tid / DV;
+  const int dv = tid % DV;
+  const float4* po = reinterpret_cast<const float4*>(p.part_out + row0 * HEAD_DIM) + dv;
+  float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+  for (int i = pl; i < n; i += PL) {
+    const float4 v = po[i * DV];
+    const float w = s_w[i];
+    a.x = fmaf(w, v.x, a.x);
+    a.y = fmaf(w, v.y, a.y);
+    a.z = fmaf(w, v.z, a.z);
+    a.w = fmaf(w, v.w, a.w);
+  }
+  s_acc[pl][dv] = a;
+  __syncthreads();
+  if (tid < DV) {
+    float4 r = s_acc[0][tid];
+#pragma unroll
+    for (int j = 1; j < PL; ++j) {
+      r.x += s_acc[j][tid].x;
+      r.y += s_acc[j][tid].y;
+      r.z += s_acc[j][tid].z;
+      r.w += s_acc[j][tid].w;
+    }
+    out[4 * tid] = static_cast<scalar_t>(r.x * inv);
+    out[4 * tid + 1] = static_cast<scalar_t>(r.y * inv);
+    out[4 * tid + 2] = static_cast<scalar_t>(r.z * inv);
+    out[4 * tid + 3] = static_cast<scalar_t>(r.w * inv);
+  }
+}
+
+// Number of partitions, from static sizes only (num_tokens, head groups, block_table width, SM
+// occupancy): enough CTAs to fill half the resident slots when the batch is small (measured on
+// H200: a full wave of shorter partitions loses to half a wave of longer ones), long contexts cut
+// into pieces of at most kMaxChunk, no piece shorter than kMinChunk, partials bounded in memory.
+int choose_num_parts(const AttentionShape& s, int64_t num_groups, int64_t resident_ctas) {
+  const int64_t pairs = s.num_tokens * num_groups;
+  const int64_t max_ctx = s.max_blocks_per_req * s.block_size;
+  const int64_t part_bytes = s.num_tokens * s.num_heads * (s.head_dim + 2) * 4;
+  int64_t np = std::max(resident_ctas / (2 * pairs), (max_ctx + kMaxChunk - 1) / kMaxChunk);
+  np = std::min({np, (max_ctx + kMinChunk - 1) / kMinChunk,
+                 kMaxWorkspaceBytes / std::max<int64_t>(part_bytes, 1),
+                 static_cast<int64_t>(kMaxParts)});
+  return static_cast<int>(std::max<int64_t>(np, 1));
+}
+
+template <typename scalar_t, int HEAD_DIM, int GT>
+void launch(const AttentionShape& s, AttnParams p, const at::Tensor& query, cudaStream_t stream) {
+  using Cfg = AttnCfg<scalar_t, HEAD_DIM, GT>;
+  auto kernel = paged_attention_kernel<scalar_t, HEAD_DIM, GT>;
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      Cfg::kSmemBytes));
+  static const int64_t resident_ctas = [&] {
+    int per_sm = 0;
+    int device = 0, num_sms = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads,
+                                                                 Cfg::kSmemBytes));
+    C10_CUDA_CHECK(cudaGetDevice(&device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+    return static_cast<int64_t>(std::max(per_sm, 1)) * num_sms;
+  }();
+  const int64_t num_groups = s.num_heads / GT;
+  p.num_parts = choose_num_parts(s, num_groups, resident_ctas);
+  at::Tensor part_out, part_ml, part_used;  // workspace: static sizes for a given shape
+  if (p.num_parts > 1) {
+    const auto f32 = query.options().dtype(at::kFloat);
+    part_out = at::empty({s.num_tokens, s.num_heads, p.num_parts, HEAD_DIM}, f32);
+    part_ml = at::empty({s.num_tokens, s.num_heads, p.num_parts, 2}, f32);
+    part_used = at::empty({s.num_tokens}, query.options().dtype(at::kInt));
+    p.part_out = part_out.data_ptr<float>();
+    p.part_ml = reinterpret_cast<float2*>(part_ml.data_ptr<float>());
+    p.part_used = part_used.data_ptr<int>();
+  }
+  const dim3 grid(static_cast<unsigned>(s.num_tokens), static_cast<unsigned>(num_groups),
+                  static_cast<unsigned>(p.num_parts));
+  kernel<<<grid, kThreads, Cfg::kSmemBytes, stream>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (p.num_parts > 1) {
+    const dim3 rgrid(static_cast<unsigned>(s.num_tokens), static_cast<unsigned>(s.num_heads));
+    paged_attention_reduce_kernel<scalar_t, HEAD_DIM><<<rgrid, kReduceThreads, 0, stream>>>(p);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+}
+
+template <typename scalar_t, int HEAD_DIM>
+void dispatch_group(const AttentionShape& s, const AttnParams& p, const at::Tensor& query,
+                    cudaStream_t stream) {
+  // GT = the largest of 8, 4, 2, 1 dividing the GQA ratio: K/V are read once per GT query heads.
+  if (p.group % 8 == 0) return launch<scalar_t, HEAD_DIM, 8>(s, p, query, stream);
+  if (p.group % 4 == 0) return launch<scalar_t, HEAD_DIM, 4>(s, p, query, stream);
+  if (p.group % 2 == 0) return launch<scalar_t, HEAD_DIM, 2>(s, p, query, stream);
+  return launch<scalar_t, HEAD_DIM, 1>(s, p, query, stream);
+}
+
+template <typename scalar_t>
+void dispatch_head_dim(const AttentionShape& s, const AttnParams& p, const at::Tensor& query,
+                       cudaStream_t stream) {
+  if (s.head_dim == 64) return dispatch_group<scalar_t, 64>(s, p, query, stream);
+  return dispatch_group<scalar_t, 128>(s, p, query, stream);
+}
+
+void paged_attention_cuda(at::Tensor& out, const at::Tensor& query, const at::Tensor& key_cache,
+                          const at::Tensor& value_cache, const at::Tensor& query_start_loc,
+                          const at::Tensor& seq_lens, const at::Tensor& block_table, double scale,
+                          std::optional<int64_t> num_reqs) {
+  const AttentionShape s = check_paged_attention(out, query, key_cache, value_cache,
+                                                 query_start_loc, seq_lens, block_table, num_reqs);
+  TORCH_CHECK(s.head_dim == 64 || s.head_dim == 128, "CUDA paged_attention supports head_dim 64 "
+              "and 128, got ", s.head_dim);
+  TORCH_CHECK(s.block_size >= 8, "CUDA paged_attention needs block_size >= 8, got ", s.block_size);
+  TORCH_CHECK(s.num_tokens <= INT32_MAX && s.max_blocks_per_req * s.block_size <= INT32_MAX,
+              "paged_attention sizes exceed int32");
+  if (s.num_tokens == 0) return;
+  const c10::cuda::CUDAGuard guard(query.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+
+  AttnParams p{};
+  p.out = out.data_ptr();
+  p.query = query.data_ptr();
+  p.key_cache = key_cache.data_ptr();
+  p.value_cache = value_cache.data_ptr();
+  p.query_start_loc = query_start_loc.data_ptr<int>();
+  p.seq_lens = seq_lens.data_ptr<int>();
+  p.block_table = block_table.data_ptr<int>();
+  p.q_tok_stride = query.stride(0);
+  p.q_head_stride = query.stride(1);
+  p.o_tok_stride = out.stride(0);
+  p.o_head_stride = out.stride(1);
+  p.bt_stride = block_table.stride(0);
+  p.num_heads = static_cast<int>(s.num_heads);
+  p.num_kv_heads = static_cast<int>(s.num_kv_heads);
+  p.num_reqs = static_cast<int>(s.num_reqs);
+  p.max_blocks = static_cast<int>(s.max_blocks_per_req);
+  p.log2_block_size = __builtin_ctzll(static_cast<uint64_t>(s.block_size));
+  p.group = static_cast<int>(s.num_heads / s.num_kv_heads);
+  p.scale_log2 = static_cast<float>(scale) * 1.4426950408889634f;
+
+  switch (query.scalar_type()) {
+    case at::kFloat: return dispatch_head_dim<float>(s, p, query, stream);
+    case at::kHalf: return dispatch_head_dim<c10::Half>(s, p, query, stream);
+    case at::kBFloat16: return dispatch_head_dim<c10::BFloat16>(s, p, query, stream);
+    default: TORCH_CHECK(false, "CUDA paged_attention supports float32/float16/bfloat16, got ",
+                         query.scalar_type());
+  }
+}
+
+}  // namespace
+}  // namespace vgraph
+
+TORCH_LIBRARY_IMPL(vgraph_C, CUDA, m) { m.impl("paged_attention", &vgraph::paged_attention_cuda); }

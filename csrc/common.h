@@ -1,0 +1,102 @@
+// Argument checks and sizes shared by the CPU and CUDA impls of the vgraph_C ops, so both devices
+// reject the same mistakes with the same messages. Host code only: no kernels here.
+#pragma once
+
+#include <optional>
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+
+namespace vgraph {
+
+// The sizes of one paged_attention call, all known on the host without reading a device tensor.
+struct AttentionShape {
+  int64_t num_tokens;
+  int64_t num_heads;
+  int64_t num_kv_heads;
+  int64_t head_dim;
+  int64_t block_size;
+  int64_t num_reqs;            // requests looked at (<= num_reqs_padded)
+  int64_t max_blocks_per_req;  // block_table.size(1)
+};
+
+inline void check_cache(const at::Tensor& cache, const char* name, const at::Tensor& ref) {
+  TORCH_CHECK(cache.dim() == 4, name, " must be [num_blocks, block_size, num_kv_heads, head_dim], got ",
+              cache.sizes());
+  TORCH_CHECK(cache.is_contiguous(), name, " must be contiguous");
+  TORCH_CHECK(cache.scalar_type() == ref.scalar_type(), name, " dtype ", cache.scalar_type(),
+              " != ", ref.scalar_type());
+  TORCH_CHECK(cache.device() == ref.device(), name, " is on ", cache.device(), ", expected ",
+              ref.device());
+}
+
+inline void check_reshape_and_cache(const at::Tensor& key, const at::Tensor& value,
+                                    const at::Tensor& key_cache, const at::Tensor& value_cache,
+                                    const at::Tensor& slot_mapping) {
+  TORCH_CHECK(key.dim() == 3 && value.sizes() == key.sizes(),
+              "key/value must be [num_tokens, num_kv_heads, head_dim], got ", key.sizes(), " and ",
+              value.sizes());
+  TORCH_CHECK(key.stride(2) == 1 && value.stride(2) == 1, "key/value head_dim must be contiguous");
+  TORCH_CHECK(value.scalar_type() == key.scalar_type(), "value dtype != key dtype");
+  check_cache(key_cache, "key_cache", key);
+  check_cache(value_cache, "value_cache", key);
+  TORCH_CHECK(value_cache.sizes() == key_cache.sizes(), "key_cache and value_cache sizes differ");
+  TORCH_CHECK(key_cache.size(2) == key.size(1) && key_cache.size(3) == key.size(2),
+              "cache [.., num_kv_heads, head_dim] ", key_cache.sizes(), " does not match key ",
+              key.sizes());
+  TORCH_CHECK(slot_mapping.scalar_type() == at::kLong, "slot_mapping must be int64");
+  TORCH_CHECK(slot_mapping.dim() == 1 && slot_mapping.size(0) >= key.size(0),
+              "slot_mapping must be [num_tokens], got ", slot_mapping.sizes());
+  TORCH_CHECK(slot_mapping.is_contiguous() && slot_mapping.device() == key.device(),
+              "slot_mapping must be contiguous and on ", key.device());
+}
+
+inline AttentionShape check_paged_attention(const at::Tensor& out, const at::Tensor& query,
+                                            const at::Tensor& key_cache,
+                                            const at::Tensor& value_cache,
+                                            const at::Tensor& query_start_loc,
+                                            const at::Tensor& seq_lens,
+                                            const at::Tensor& block_table,
+                                            std::optional<int64_t> num_reqs) {
+  TORCH_CHECK(query.dim() == 3, "query must be [num_tokens, num_heads, head_dim], got ",
+              query.sizes());
+  TORCH_CHECK(out.sizes() == query.sizes(), "out ", out.sizes(), " != query ", query.sizes());
+  TORCH_CHECK(out.scalar_type() == query.scalar_type(), "out dtype != query dtype");
+  TORCH_CHECK(query.stride(2) == 1 && out.stride(2) == 1, "query/out head_dim must be contiguous");
+  TORCH_CHECK(out.device() == query.device(), "out and query are on different devices");
+  check_cache(key_cache, "key_cache", query);
+  check_cache(value_cache, "value_cache", query);
+  TORCH_CHECK(value_cache.sizes() == key_cache.sizes(), "key_cache and value_cache sizes differ");
+  AttentionShape s;
+  s.num_tokens = query.size(0);
+  s.num_heads = query.size(1);
+  s.head_dim = query.size(2);
+  s.block_size = key_cache.size(1);
+  s.num_kv_heads = key_cache.size(2);
+  TORCH_CHECK(key_cache.size(3) == s.head_dim, "cache head_dim ", key_cache.size(3),
+              " != query head_dim ", s.head_dim);
+  TORCH_CHECK(s.num_kv_heads > 0 && s.num_heads % s.num_kv_heads == 0, "num_heads ", s.num_heads,
+              " is not a multiple of num_kv_heads ", s.num_kv_heads);
+  TORCH_CHECK(s.block_size > 0 && (s.block_size & (s.block_size - 1)) == 0,
+              "block_size must be a power of two, got ", s.block_size);
+  for (const at::Tensor* t : {&query_start_loc, &seq_lens, &block_table}) {
+    TORCH_CHECK(t->scalar_type() == at::kInt, "query_start_loc/seq_lens/block_table must be int32");
+    TORCH_CHECK(t->device() == query.device(), "metadata tensors must be on ", query.device());
+  }
+  TORCH_CHECK(seq_lens.dim() == 1 && seq_lens.is_contiguous(), "seq_lens must be contiguous 1-d");
+  TORCH_CHECK(query_start_loc.dim() == 1 && query_start_loc.is_contiguous(),
+              "query_start_loc must be contiguous 1-d");
+  TORCH_CHECK(block_table.dim() == 2 && block_table.stride(1) == 1,
+              "block_table must be [num_reqs_padded, max_blocks_per_req] with contiguous rows");
+  s.num_reqs = num_reqs.value_or(seq_lens.size(0));
+  TORCH_CHECK(s.num_reqs >= 0 && s.num_reqs <= seq_lens.size(0), "num_reqs ", s.num_reqs,
+              " must be in [0, seq_lens.size(0) = ", seq_lens.size(0), "]");
+  TORCH_CHECK(query_start_loc.size(0) >= s.num_reqs + 1, "query_start_loc needs num_reqs + 1 = ",
+              s.num_reqs + 1, " entries, got ", query_start_loc.size(0));
+  TORCH_CHECK(block_table.size(0) >= s.num_reqs, "block_table needs ", s.num_reqs, " rows, got ",
+              block_table.size(0));
+  s.max_blocks_per_req = block_table.size(1);
+  return s;
+}
+
+}  // namespace vgraph

@@ -1,0 +1,337 @@
+"""vgraph_C.paged_attention (with reshape_and_cache writing the step's K/V) against the torch
+reference, over dtypes, head sizes, block sizes, GQA ratios and decode / prefill / mixed batches
+with pad requests and pad tokens; on CPU always, on CUDA under the `gpu` marker. Also: a CUDA graph
+captured once stays correct when the lengths and block tables in its buffers change.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from vgraph._ext import ext_unavailable_reason, has_cuda_kernels, load_ext
+from vgraph.attention.ops_ref import paged_attention_ref, reshape_and_cache_ref
+
+if not load_ext():
+    pytest.skip(ext_unavailable_reason(), allow_module_level=True)
+
+CUDA = pytest.param(
+    "cuda",
+    marks=[
+        pytest.mark.gpu,
+        pytest.mark.skipif(
+            not (torch.cuda.is_available() and has_cuda_kernels()),
+            reason="needs a GPU and a CUDA build of vgraph._C",
+        ),
+    ],
+)
+DEVICES = ["cpu", CUDA]
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+# Relative-norm error bound per dtype: dominated by rounding the output to the dtype.
+REL_TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+NUM_KV_HEADS = 2
+
+# (q_len, seq_len) of the real requests; pads are added by Batch.
+BATCHES = {
+    "decode": [(1, 1), (1, 37), (1, 16), (1, 95), (1, 64)],
+    "prefill": [(17, 17), (5, 5), (24, 70), (33, 33)],
+    "mixed": [(1, 50), (12, 12), (1, 1), (7, 29), (1, 33), (20, 81)],
+}
+
+
+@dataclass
+class Batch:
+    """A step's inputs in the engine's layout; tensors are views the kernels must accept."""
+
+    query: torch.Tensor  # [num_tokens, num_heads, head_dim]
+    key: torch.Tensor  # [num_tokens, num_kv_heads, head_dim]
+    value: torch.Tensor  # [num_tokens, num_kv_heads, head_dim]
+    kv_cache: torch.Tensor  # [2, num_blocks, block_size, num_kv_heads, head_dim]
+    slot_mapping: torch.Tensor  # [num_tokens] int64
+    query_start_loc: torch.Tensor  # [num_reqs_padded + 1] int32
+    seq_lens: torch.Tensor  # [num_reqs_padded] int32
+    block_table: torch.Tensor  # [num_reqs_padded, max_blocks_per_req] int32
+    pad_rows: torch.Tensor  # [num_tokens] bool, rows owned by no request
+
+
+def make_metadata(
+    reqs: list[tuple[int, int]],
+    num_pad_reqs: int,
+    num_pad_tokens: int,
+    block_size: int,
+    num_blocks: int,
+    max_blocks: int,
+    gen: torch.Generator,
+) -> tuple[torch.Tensor, ...]:
+    """qsl, seq_lens, block_table (random, non-contiguous block ids), slot_mapping, pad_rows."""
+    num_reqs_padded = len(reqs) + num_pad_reqs
+    block_table = torch.randint(0, num_blocks, (num_reqs_padded, max_blocks), generator=gen)
+    free = torch.randperm(num_blocks, generator=gen).tolist()
+    qsl, seq_lens, slots = [0], [], []
+    for q_len, seq_len in reqs:
+        n = math.ceil(seq_len / block_size)
+        block_table[len(seq_lens), :n] = torch.tensor([free.pop() for _ in range(n)])
+        for pos in range(seq_len - q_len, seq_len):
+            slots.append(
+                int(block_table[len(seq_lens), pos // block_size]) * block_size + pos % block_size
+            )
+        qsl.append(qsl[-1] + q_len)
+        seq_lens.append(seq_len)
+    qsl += [qsl[-1]] * num_pad_reqs  # pad requests: no tokens, seq_len 0
+    seq_lens += [0] * num_pad_reqs
+    num_real = len(slots)
+    slots += [-1] * num_pad_tokens
+    pad_rows = torch.arange(num_real + num_pad_tokens) >= num_real
+    i32 = {"dtype": torch.int32}
+    return (
+        torch.tensor(qsl, **i32),
+        torch.tensor(seq_lens, **i32),
+        block_table.to(torch.int32),
+        torch.tensor(slots, dtype=torch.int64),
+        pad_rows,
+    )
+
+
+def make_batch(
+    reqs: list[tuple[int, int]],
+    group: int,
+    head_dim: int,
+    block_size: int,
+    dtype: torch.dtype,
+    device: str,
+    seed: int,
+    fused_qkv: bool = False,
+    num_pad_reqs: int = 2,
+    num_pad_tokens: int = 3,
+) -> Batch:
+    gen = torch.Generator().manual_seed(seed)
+    max_blocks = max(math.ceil(s / block_size) for _, s in reqs) + 2
+    num_blocks = sum(math.ceil(s / block_size) for _, s in reqs) + 5
+    qsl, seq_lens, block_table, slots, pad_rows = make_metadata(
+        reqs, num_pad_reqs, num_pad_tokens, block_size, num_blocks, max_blocks, gen
+    )
+    num_tokens, num_heads = len(slots), NUM_KV_HEADS * group
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).to(dtype=dtype, device=device)
+
+    if fused_qkv:  # views into one [num_tokens, (num_heads + 2 * num_kv_heads) * head_dim] row
+        qkv = randn(num_tokens, (num_heads + 2 * NUM_KV_HEADS) * head_dim)
+        q, k, v = qkv.split(
+            [num_heads * head_dim, NUM_KV_HEADS * head_dim, NUM_KV_HEADS * head_dim], dim=-1
+        )
+        query = q.view(num_tokens, num_heads, head_dim)
+        key = k.view(num_tokens, NUM_KV_HEADS, head_dim)
+        value = v.view(num_tokens, NUM_KV_HEADS, head_dim)
+    else:
+        query = randn(num_tokens, num_heads, head_dim)
+        key = randn(num_tokens, NUM_KV_HEADS, head_dim)
+        value = randn(num_tokens, NUM_KV_HEADS, head_dim)
+    return Batch(
+        query,
+        key,
+        value,
+        randn(2, num_blocks, block_size, NUM_KV_HEADS, head_dim),
+        slots.to(device),
+        qsl.to(device),
+        seq_lens.to(device),
+        block_table.to(device),
+        pad_rows.to(device),
+    )
+
+
+def run_op(b: Batch, out: torch.Tensor, num_reqs: int | None = None) -> None:
+    scale = b.query.shape[-1] ** -0.5
+    torch.ops.vgraph_C.reshape_and_cache(
+        b.key, b.value, b.kv_cache[0], b.kv_cache[1], b.slot_mapping
+    )
+    torch.ops.vgraph_C.paged_attention(
+        out,
+        b.query,
+        b.kv_cache[0],
+        b.kv_cache[1],
+        b.query_start_loc,
+        b.seq_lens,
+        b.block_table,
+        scale,
+        num_reqs,
+    )
+
+
+def run_ref(b: Batch, kv_cache: torch.Tensor, num_reqs: int | None = None) -> torch.Tensor:
+    """The reference on its own copy of the cache; returns a float32 output."""
+    reshape_and_cache_ref(b.key, b.value, kv_cache[0], kv_cache[1], b.slot_mapping)
+    out = torch.empty(b.query.shape, dtype=torch.float32, device=b.query.device)
+    paged_attention_ref(
+        out,
+        b.query,
+        kv_cache[0],
+        kv_cache[1],
+        b.query_start_loc,
+        b.seq_lens,
+        b.block_table,
+        b.query.shape[-1] ** -0.5,
+        num_reqs,
+    )
+    return out
+
+
+def check(out: torch.Tensor, ref: torch.Tensor, pad_rows: torch.Tensor) -> None:
+    assert not out.isnan().any(), "some rows of out were not written"
+    assert (out[pad_rows] == 0).all(), "pad-token rows must be zeros"
+    err = ((out.float() - ref).norm() / ref.norm()).item()
+    assert err < REL_TOL[out.dtype], f"relative error {err:.2e} >= {REL_TOL[out.dtype]:.0e}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", list(BATCHES))
+@pytest.mark.parametrize("group", [1, 4])
+@pytest.mark.parametrize("block_size", [16, 32])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_paged_attention_matches_reference(
+    dtype: torch.dtype, head_dim: int, block_size: int, group: int, kind: str, device: str
+) -> None:
+    b = make_batch(
+        BATCHES[kind],
+        group,
+        head_dim,
+        block_size,
+        dtype,
+        device,
+        seed=head_dim * 100 + block_size * 10 + group + len(kind),
+        fused_qkv=kind == "mixed",
+    )
+    kv_ref = b.kv_cache.clone()
+    out = torch.full_like(b.query, float("nan"))
+    run_op(b, out)
+    ref = run_ref(b, kv_ref)
+    assert torch.equal(b.kv_cache, kv_ref), "reshape_and_cache differs from the reference"
+    check(out, ref, b.pad_rows)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_num_reqs_bounds_the_requests(device: str) -> None:
+    """Requests at or past num_reqs own no tokens: their rows come out as zeros."""
+    b = make_batch(BATCHES["mixed"], 4, 64, 16, torch.float32, device, seed=7)
+    out = torch.full_like(b.query, float("nan"))
+    run_op(b, out, num_reqs=4)
+    ref = run_ref(b, b.kv_cache.clone(), num_reqs=4)
+    check(out, ref, b.pad_rows | (torch.arange(len(out), device=device) >= 1 + 12 + 1 + 7))
+
+
+def test_ops_trace_under_torch_compile() -> None:
+    """Schemas, alias annotations and fake impls agree with what the CPU kernels do."""
+    b = make_batch(BATCHES["mixed"][:3], 2, 64, 16, torch.float32, "cpu", seed=3)
+    k_cache, v_cache = b.kv_cache[0].clone(), b.kv_cache[1].clone()
+    out = torch.zeros_like(b.query)
+    torch.library.opcheck(
+        torch.ops.vgraph_C.reshape_and_cache.default,
+        (b.key, b.value, k_cache, v_cache, b.slot_mapping),
+    )
+    torch.library.opcheck(
+        torch.ops.vgraph_C.paged_attention.default,
+        (out, b.query, k_cache, v_cache, b.query_start_loc, b.seq_lens, b.block_table, 0.125, None),
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not (torch.cuda.is_available() and has_cuda_kernels()),
+    reason="needs a GPU and a CUDA build of vgraph._C",
+)
+@pytest.mark.parametrize(
+    ("num_reqs", "seq_len", "max_blocks"),
+    [(1, 8000, 600), (3, 3000, 2048), (64, 700, 64), (300, 257, 40)],
+)
+def test_cuda_decode_partitions(num_reqs: int, seq_len: int, max_blocks: int) -> None:
+    """Long and short contexts over wide block tables: split and unsplit launches."""
+    gen = torch.Generator().manual_seed(num_reqs)
+    reqs = [
+        (1, int(x)) for x in torch.randint(seq_len // 2, seq_len + 1, (num_reqs,), generator=gen)
+    ]
+    b = make_batch(reqs, 4, 128, 16, torch.bfloat16, "cuda", seed=num_reqs)
+    rows, width = b.block_table.shape
+    wide = torch.zeros(rows, max_blocks, dtype=torch.int32, device="cuda")
+    wide[:, :width] = b.block_table
+    b.block_table = wide
+    kv_ref = b.kv_cache.clone()
+    out = torch.full_like(b.query, float("nan"))
+    run_op(b, out)
+    check(out, run_ref(b, kv_ref), b.pad_rows)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not (torch.cuda.is_available() and has_cuda_kernels()),
+    reason="needs a GPU and a CUDA build of vgraph._C",
+)
+def test_cuda_graph_replay_follows_new_lengths() -> None:
+    """Capture once over a mixed batch, then new lengths/block tables in the same buffers."""
+    dtype, head_dim, block_size, group = torch.bfloat16, 128, 16, 4
+    num_tokens, num_reqs_padded, max_blocks = 32, 6, 16
+    first = make_batch(
+        [(1, 40), (9, 9), (1, 100), (6, 30)],
+        group,
+        head_dim,
+        block_size,
+        dtype,
+        "cuda",
+        seed=1,
+        num_pad_reqs=2,
+        num_pad_tokens=num_tokens - 17,
+    )
+    second = make_batch(
+        [(1, 200), (1, 3), (12, 60), (1, 77), (2, 2)],
+        group,
+        head_dim,
+        block_size,
+        dtype,
+        "cuda",
+        seed=2,
+        num_pad_reqs=1,
+        num_pad_tokens=num_tokens - 17,
+    )
+
+    def padded_table(b: Batch) -> torch.Tensor:
+        table = torch.zeros(num_reqs_padded, max_blocks, dtype=torch.int32, device="cuda")
+        table[:, : b.block_table.shape[1]] = b.block_table
+        return table
+
+    # Static buffers sized for both batches; the cache is big enough for either's block ids.
+    num_blocks = max(first.kv_cache.shape[1], second.kv_cache.shape[1])
+    static = Batch(
+        first.query.clone(),
+        first.key.clone(),
+        first.value.clone(),
+        torch.randn(2, num_blocks, block_size, NUM_KV_HEADS, head_dim, device="cuda").to(dtype),
+        first.slot_mapping.clone(),
+        first.query_start_loc.clone(),
+        first.seq_lens.clone(),
+        padded_table(first),
+        first.pad_rows,
+    )
+    out = torch.empty_like(static.query)
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        run_op(static, out)  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run_op(static, out)
+
+    for src in (first, second):
+        for name in ("query", "key", "value", "slot_mapping", "query_start_loc", "seq_lens"):
+            getattr(static, name).copy_(getattr(src, name))
+        static.block_table.copy_(padded_table(src))
+        static.pad_rows = src.pad_rows
+        kv_ref = static.kv_cache.clone()
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(out, run_ref(static, kv_ref), static.pad_rows)

@@ -1,0 +1,68 @@
+"""Loads the vgraph._C op library (built by `python -m vgraph.ext_build`) and registers the fake
+impls that let its ops trace under torch.compile.
+
+This module never builds anything: a missing library is reported, not compiled on import.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+LIB_PATH = Path(__file__).resolve().parent / "_C.so"
+
+_loaded: bool | None = None  # None until the first load_ext()
+_reason = ""
+
+
+def load_ext() -> bool:
+    """Loads the library once; True when torch.ops.vgraph_C is usable."""
+    global _loaded, _reason
+    if _loaded is not None:
+        return _loaded
+    if not LIB_PATH.exists():
+        _loaded, _reason = False, "vgraph._C is not built: run `make ext`"
+        return False
+    try:
+        torch.ops.load_library(str(LIB_PATH))
+    except (OSError, RuntimeError) as e:
+        _loaded, _reason = False, f"vgraph._C failed to load from {LIB_PATH}: {e}"
+        return False
+    _register_fakes()
+    _loaded = True
+    return True
+
+
+def ext_unavailable_reason() -> str:
+    """Why load_ext() returned False ('' when it did not)."""
+    load_ext()
+    return _reason
+
+
+def has_cuda_kernels() -> bool:
+    """True when the loaded library carries the CUDA impls (a CUDA build)."""
+    return load_ext() and torch._C._dispatch_has_kernel_for_dispatch_key(
+        "vgraph_C::paged_attention", "CUDA"
+    )
+
+
+def _register_fakes() -> None:
+    # Both ops only mutate their outputs in place, so the fake impls have nothing to compute.
+    @torch.library.register_fake("vgraph_C::reshape_and_cache")
+    def _reshape_and_cache_fake(key, value, key_cache, value_cache, slot_mapping) -> None:
+        return None
+
+    @torch.library.register_fake("vgraph_C::paged_attention")
+    def _paged_attention_fake(
+        out,
+        query,
+        key_cache,
+        value_cache,
+        query_start_loc,
+        seq_lens,
+        block_table,
+        scale,
+        num_reqs=None,
+    ) -> None:
+        return None

@@ -1,0 +1,51 @@
+"""The `csrc` attention backend: vgraph's own paged-KV kernels (vgraph._C, csrc/), CPU and CUDA.
+
+Every length and block index is read from device tensors and the launch shape depends only on
+the padded token and request counts, so any step (decode, prefill chunks, mixed) can be captured:
+support ALWAYS. Pad tokens (slot -1) are skipped by the cache write; rows owned by no request
+come back as zeros.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from vgraph._ext import ext_unavailable_reason, has_cuda_kernels, load_ext
+from vgraph.attention.backend import (
+    AttentionBackend,
+    AttentionCGSupport,
+    AttentionImpl,
+    CommonAttentionMetadata,
+)
+
+
+class CsrcAttentionImpl(AttentionImpl):
+    def forward(
+        self,
+        query: torch.Tensor,  # [num_tokens, num_heads, head_dim]
+        key: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+        value: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+        kv_cache: torch.Tensor,  # [2, num_blocks, block_size, num_kv_heads, head_dim]
+        metadata: CommonAttentionMetadata,
+        output: torch.Tensor,  # [num_tokens, num_heads, head_dim]
+    ) -> None:
+        ops = torch.ops.vgraph_C
+        ops.reshape_and_cache(key, value, kv_cache[0], kv_cache[1], metadata.slot_mapping)
+        ops.paged_attention(
+            output, query, kv_cache[0], kv_cache[1], metadata.query_start_loc,
+            metadata.seq_lens, metadata.block_table, self.scale,
+        )
+
+
+class CsrcAttentionBackend(AttentionBackend):
+    name = "csrc"
+    cudagraph_support = AttentionCGSupport.ALWAYS
+    impl_cls = CsrcAttentionImpl
+
+    @classmethod
+    def is_available(cls, device: torch.device) -> str | None:
+        if not load_ext():
+            return ext_unavailable_reason()
+        if device.type == "cuda" and not has_cuda_kernels():
+            return "vgraph._C was built without CUDA kernels: run `make ext` on a CUDA machine"
+        return None
