@@ -50,19 +50,42 @@ def make_tiny_model(arch: str, folder: Path, seed: int = 0, **overrides: object)
     return folder
 
 
-def hf_greedy(folder: Path, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-    """Greedy continuation of each prompt by transformers, one prompt at a time (no padding)."""
+def hf_greedy(folder: Path | str, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+    """Greedy continuation of each prompt by transformers: argmax of a full forward per token.
+
+    No KV cache on purpose: transformers' cached generate() was seen to leave its own full
+    forward's argmax (SmolLM2-135M, a 0.95 logprob gap), and the full forward is the oracle.
+    """
     import transformers
 
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32)
-    model.eval()
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     outs = []
     for ids in prompts:
-        x = torch.tensor([ids])
+        seq = list(ids)
         with torch.no_grad():
-            y = model.generate(
-                x, max_new_tokens=max_new_tokens, do_sample=False, min_new_tokens=max_new_tokens,
-                pad_token_id=0, eos_token_id=None,
-            )
-        outs.append(y[0, len(ids):].tolist())
+            for _ in range(max_new_tokens):
+                seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
+        outs.append(seq[len(ids):])
     return outs
+
+
+_TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+    "generation_config.json",
+)
+
+
+def make_tiny_model_with_tokenizer(folder: Path, seed: int = 0) -> Path:
+    """A tiny random Llama sharing the default model's tokenizer (vocab 49152) and chat template,
+    so text, chat and stop strings work at tiny-model speed."""
+    import shutil
+
+    from vgraph.models.default_model import ensure_default_model
+
+    src = Path(ensure_default_model())
+    make_tiny_model("llama", folder, seed=seed, vocab_size=49152, bos_token_id=1,
+                    eos_token_id=2, pad_token_id=2)
+    for name in _TOKENIZER_FILES:
+        if (src / name).is_file():
+            shutil.copy(src / name, folder / name)
+    return folder

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The GPU session in one script: build csrc for sm_90, run the GPU tests, then the benchmarks.
+# Usage on the GPU machine (repo root, carried wheels in .whl): bash benchmarks/run_gpu.sh OUTDIR
+# Steps run in order of importance; each writes its log/JSON into OUTDIR as soon as it ends.
+set -u
+out=${1:-benchmarks/results/latest}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 VGRAPH_ENABLE_MULTIPROCESSING=0
+step() { local name=$1; shift; echo "== $name"; local t0=$SECONDS
+  "$@" >"$out/$name.log" 2>&1; echo "   rc=$? in $((SECONDS - t0)) s"; tail -n 25 "$out/$name.log"; }
+
+step ext python3 -m vgraph.ext_build
+step gpu_tests python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_engine_gpu.py \
+  "tests/kernels/test_paged_attention.py::test_cuda_graph_replay_follows_new_lengths"
+for model in SmolLM2-135M Llama-3.2-1B; do
+  step "latency_$model" python3 -m vgraph.bench.latency --model "$model" --modes NONE FULL \
+    --batch-sizes 1 8 32 128 --num-iters 50 --out "$out/latency_$model.json"
+done
+step profile_smollm2 python3 tools/profile_step.py --model SmolLM2-135M --batch 1 \
+  --out "$out/profile_SmolLM2-135M_b1.json"
+step kernel_bench python3 benchmarks/bench_paged_attention.py --batches 1 8 32 128 \
+  --contexts 512 2048 8192 --out "$out/paged_attention.json"

@@ -1,0 +1,70 @@
+"""CompilationConfig parsing (JSON string, dict, object) and capture-size resolution."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from vgraph.config import CompilationConfig, SchedulerConfig
+from vgraph.cudagraph.modes import CUDAGraphMode
+
+CPU, CUDA = torch.device("cpu"), torch.device("cuda")
+
+
+def test_parse_json_dict_and_object_agree():
+    text = '{"cudagraph_mode": "full_decode_only", "cudagraph_capture_sizes": [8, 1, 2, 2]}'
+    a = CompilationConfig.parse(text)
+    b = CompilationConfig.parse({"cudagraph_mode": "FULL_DECODE_ONLY",
+                                 "cudagraph_capture_sizes": [8, 1, 2, 2]})
+    assert a == b == CompilationConfig.parse(a)
+    assert a.cudagraph_mode is CUDAGraphMode.FULL_DECODE_ONLY
+
+
+@pytest.mark.parametrize("bad, match", [
+    ("{", "not valid JSON"),
+    ("[1, 2]", "must be a JSON object"),
+    ('{"cuda_graph_mode": "FULL"}', r"unknown key\(s\) \['cuda_graph_mode'\].*allowed keys"),
+    ('{"cudagraph_mode": 3}', "cudagraph_mode=3 is not allowed"),
+    ('{"cudagraph_capture_sizes": "1,2"}', "cudagraph_capture_sizes='1,2' must be a list"),
+    ('{"cudagraph_capture_sizes": [0, 4]}', "every size must be >= 1"),
+    ('{"max_cudagraph_capture_size": -1}', "max_cudagraph_capture_size=-1 must be an integer >= 1"),
+    ('{"cudagraph_num_of_warmups": 1.5}', "cudagraph_num_of_warmups=1.5"),
+    ('{"splitting_ops": "attn"}', "splitting_ops='attn' must be a list"),
+    ('{"use_inductor": "yes"}', "use_inductor='yes' must be true or false"),
+    ('{"enforce_eager": true, "cudagraph_mode": "FULL"}', "enforce_eager=true contradicts"),
+])
+def test_parse_errors_name_the_key(bad, match):
+    with pytest.raises(ValueError, match=match):
+        CompilationConfig.parse(bad)
+
+
+def test_auto_mode_per_device():
+    sched = SchedulerConfig()
+    assert CompilationConfig().resolve(CPU, sched).cudagraph_mode is CUDAGraphMode.NONE
+    assert CompilationConfig().resolve(CUDA, sched).cudagraph_mode is CUDAGraphMode.FULL_AND_PIECEWISE
+    eager = CompilationConfig(enforce_eager=True).resolve(CUDA, sched)
+    assert eager.cudagraph_mode is CUDAGraphMode.NONE
+
+
+def test_default_capture_sizes():
+    sizes = CompilationConfig().resolve(CPU, SchedulerConfig(max_num_seqs=256)).cudagraph_capture_sizes
+    expected = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 513, 16))
+    assert list(sizes) == expected
+    small = CompilationConfig().resolve(CPU, SchedulerConfig(max_num_seqs=8))
+    assert list(small.cudagraph_capture_sizes) == [1, 2, 4, 8, 16]
+    clipped = CompilationConfig().resolve(CPU, SchedulerConfig(max_num_batched_tokens=20))
+    assert list(clipped.cudagraph_capture_sizes) == [1, 2, 4, 8, 16]
+    capped = CompilationConfig(max_cudagraph_capture_size=40).resolve(CPU, SchedulerConfig())
+    assert list(capped.cudagraph_capture_sizes) == [1, 2, 4, 8, 16, 24, 32, 40]
+
+
+def test_user_sizes_deduplicated_sorted_and_dropped_with_warning(caplog):
+    cc = CompilationConfig(cudagraph_capture_sizes=(64, 4, 1, 4, 5000, 9000))
+    with caplog.at_level(logging.WARNING, logger="vgraph.config"):
+        sizes = cc.resolve(CPU, SchedulerConfig(max_num_batched_tokens=512)).cudagraph_capture_sizes
+    assert list(sizes) == [1, 4, 64]
+    dropped = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert len(dropped) == 2
+    assert "5000" in dropped[0] and "9000" in dropped[1] and "512" in dropped[0]

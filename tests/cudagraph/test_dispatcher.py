@@ -1,0 +1,63 @@
+"""Dispatcher keys and padding for several capture lists and modes."""
+
+from __future__ import annotations
+
+import pytest
+
+from vgraph.attention.backend import AttentionCGSupport as S
+from vgraph.cudagraph.dispatcher import BatchDescriptor as BD
+from vgraph.cudagraph.dispatcher import CudagraphDispatcher, EagerReason
+from vgraph.cudagraph.modes import CUDAGraphMode as M
+
+
+@pytest.mark.parametrize("sizes, n, padded", [
+    ([1, 2, 4, 8], 3, 4), ([1, 2, 4, 8], 8, 8), ([1, 2, 4, 8], 9, None),
+    ([16, 4, 64], 1, 4), ([16, 4, 64], 17, 64), ([5], 5, 5), ([5], 6, None),
+])
+def test_padding_to_smallest_capture_size(sizes, n, padded):
+    d = CudagraphDispatcher(M.FULL_DECODE_ONLY, sizes, S.UNIFORM_SINGLE_TOKEN_DECODE, 256)
+    assert d.padded_size(n) == padded
+
+
+def test_full_decode_only_keys_and_dispatch():
+    d = CudagraphDispatcher(M.FULL_DECODE_ONLY, [1, 2, 4, 8, 16], S.UNIFORM_SINGLE_TOKEN_DECODE, 8)
+    # decode keys only up to max_num_reqs (8); no piecewise keys
+    assert d.keys[M.FULL] == {BD(s, s, True) for s in (1, 2, 4, 8)}
+    assert d.keys[M.PIECEWISE] == set()
+    assert d.dispatch(3, uniform_decode=True) == (M.FULL, BD(4, 4, True), None)
+    assert d.dispatch(3, uniform_decode=False) == (M.NONE, None, EagerReason.UNSUPPORTED)
+    assert d.dispatch(17, uniform_decode=False) == (M.NONE, None, EagerReason.ABOVE_MAX_SIZE)
+    assert d.dispatch(2, True, use_cascade=True) == (M.NONE, None, EagerReason.CASCADE)
+
+
+def test_full_and_piecewise_prefers_full_for_decode():
+    d = CudagraphDispatcher(M.FULL_AND_PIECEWISE, [1, 2, 4, 8], S.UNIFORM_SINGLE_TOKEN_DECODE, 64)
+    assert d.dispatch(5, True) == (M.FULL, BD(8, 8, True), None)
+    assert d.dispatch(5, False) == (M.PIECEWISE, BD(8), None)
+    # cascade never FULL, may be PIECEWISE
+    assert d.dispatch(5, True, use_cascade=True) == (M.PIECEWISE, BD(8), None)
+
+
+def test_full_with_always_backend_uses_relaxed_keys_for_mixed():
+    d = CudagraphDispatcher(M.FULL, [4, 8], S.ALWAYS, 64)
+    assert BD(8) in d.keys[M.FULL] and BD(8, 8, True) in d.keys[M.FULL]
+    assert d.dispatch(6, False) == (M.FULL, BD(8), None)
+    assert d.dispatch(6, True) == (M.FULL, BD(8, 8, True), None)
+    assert d.dispatch(6, False, use_cascade=True) == (M.NONE, None, EagerReason.CASCADE)
+
+
+def test_piecewise_keys_and_none_mode():
+    d = CudagraphDispatcher(M.PIECEWISE, [1, 2, 4], S.NEVER, 64)
+    assert d.keys[M.FULL] == set()
+    assert d.dispatch(1, True) == (M.PIECEWISE, BD(1), None)
+    none = CudagraphDispatcher(M.NONE, [1, 2, 4], S.ALWAYS, 64)
+    assert none.dispatch(1, True) == (M.NONE, None, None)
+    assert none.capture_keys() == []
+
+
+def test_capture_order_full_first_largest_first():
+    d = CudagraphDispatcher(M.FULL_AND_PIECEWISE, [1, 4, 2], S.UNIFORM_SINGLE_TOKEN_DECODE, 64)
+    assert d.capture_keys() == [
+        (M.FULL, BD(4, 4, True)), (M.FULL, BD(2, 2, True)), (M.FULL, BD(1, 1, True)),
+        (M.PIECEWISE, BD(4)), (M.PIECEWISE, BD(2)), (M.PIECEWISE, BD(1)),
+    ]

@@ -1,0 +1,105 @@
+"""FULL graphs (CPU recorder backend) agree with eager NONE, and the recorder catches a runner
+that forgets to copy new inputs into its static buffers."""
+
+from __future__ import annotations
+
+import logging
+import random
+
+import pytest
+import torch
+
+from tests.tiny_models import make_tiny_model
+from vgraph import LLM, SamplingParams
+from vgraph.cudagraph.modes import CUDAGraphMode
+from vgraph.forward_context import ForwardContext, set_forward_context
+from vgraph.worker.model_runner import ModelRunner
+
+SIZES = [1, 2, 4, 8]
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    return str(make_tiny_model("llama", tmp_path_factory.mktemp("tiny-llama")))
+
+
+def workload():
+    """5 requests (not a capture size) of different lengths, finishing at different steps."""
+    rng = random.Random(1)
+    prompts = [[rng.randrange(512) for _ in range(n)] for n in (3, 17, 40, 9, 5)]
+    params = [SamplingParams(temperature=0, max_tokens=m, ignore_eos=True) for m in (5, 12, 20, 8, 16)]
+    return prompts, params
+
+
+def run(model, mode, splitting_ops=None, **kw):
+    comp = {"cudagraph_mode": mode, "cudagraph_capture_sizes": SIZES}
+    if splitting_ops is not None:
+        comp["splitting_ops"] = splitting_ops
+    llm = LLM(model, max_model_len=256, multiprocess=False, compilation_config=comp, **kw)
+    prompts, params = workload()
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    return [o.outputs[0].token_ids for o in outs], llm.engine.client.core.runner
+
+
+def test_full_decode_only_equals_none(tiny_llama):
+    ref, _ = run(tiny_llama, "NONE")
+    got, runner = run(tiny_llama, "FULL_DECODE_ONLY")
+    assert got == ref
+    c = runner.counters()
+    assert c["num_graphs"] == len(SIZES)
+    assert c["steps_FULL"] >= 15  # decode steps replayed graphs
+    assert c["steps_NONE"] >= 1  # the prefill ran eager
+    assert c["padded_tokens"] > 0  # 5, 3 live requests were padded up to 8, 4
+    assert [len(t) for t in got] == [5, 12, 20, 8, 16]
+
+
+def test_full_with_torch_backend_downgrades_with_one_warning(tiny_llama, caplog):
+    with caplog.at_level(logging.WARNING):
+        got, runner = run(tiny_llama, "FULL")
+    # piecewise compilation is available: mixed steps get pieces instead of running eager
+    assert runner.cudagraph_mode is CUDAGraphMode.FULL_AND_PIECEWISE
+    warnings = [r.getMessage() for r in caplog.records if "cudagraph_mode FULL" in r.getMessage()]
+    assert len(warnings) == 1 and "'torch'" in warnings[0]
+    assert "UNIFORM_SINGLE_TOKEN_DECODE" in warnings[0]
+    ref, _ = run(tiny_llama, "NONE")
+    assert got == ref
+
+
+def _forgetful_forward(self, step, common, mode=CUDAGraphMode.NONE, key=None, capturing=False):
+    """A runner bug: hands the model fresh tensors instead of its static input buffers."""
+    n = step.num_tokens_padded
+    ids = self.buffers.input_ids.gpu[:n].clone()
+    positions = self.buffers.positions.gpu[:n].clone()
+    ctx = ForwardContext(attn_metadata=common, kv_caches=self.kv_caches,
+                         attn_layers=self.attn_layers, runtime_mode=mode,
+                         batch_descriptor=key, capturing=capturing)
+    with set_forward_context(ctx):
+        return self.model_fn(ids, positions)
+
+
+def test_recorder_returns_stale_results_when_inputs_are_not_copied(tiny_llama, monkeypatch):
+    ref, _ = run(tiny_llama, "NONE")
+    monkeypatch.setattr(ModelRunner, "execute_forward", _forgetful_forward)
+    eager, _ = run(tiny_llama, "NONE")
+    assert eager == ref  # eager never notices the bug
+    stale, runner = run(tiny_llama, "FULL_DECODE_ONLY")
+    assert runner.counters()["steps_FULL"] > 0
+    assert stale != ref  # the replayed graph read the captured buffers, not the new tensors
+
+
+def test_full_with_csrc_backend_captures_mixed_steps(tiny_llama):
+    from vgraph.attention.csrc_backend import CsrcAttentionBackend
+    from vgraph.cudagraph.dispatcher import BatchDescriptor
+
+    why_not = CsrcAttentionBackend.is_available(torch.device("cpu"))
+    if why_not:
+        pytest.skip(why_not)
+    ref, _ = run(tiny_llama, "NONE", attention_backend="csrc", max_num_batched_tokens=8)
+    got, runner = run(tiny_llama, "FULL", attention_backend="csrc", max_num_batched_tokens=8)
+    assert runner.cudagraph_mode is CUDAGraphMode.FULL
+    assert BatchDescriptor(8) in runner.dispatcher.keys[CUDAGraphMode.FULL]  # mixed key
+    c = runner.counters()
+    assert c["steps_NONE"] == 0  # chunked prefills and mixed steps replayed full graphs too
+    assert got == ref
+    torch_ref, _ = run(tiny_llama, "NONE")
+    assert got == torch_ref  # and the csrc kernels agree with the torch backend
