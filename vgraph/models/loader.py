@@ -72,10 +72,12 @@ def load_safetensors(model: nn.Module, files: list[str]) -> None:
 
 def init_dummy_weights(model: nn.Module, seed: int) -> None:
     """Random weights with realistic scales: norms at 1, everything else small uniform."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    gens: dict[torch.device, torch.Generator] = {}
     for name, param in model.named_parameters():
         if "norm" in name:
             param.data.fill_(1.0)
             continue
-        values = torch.empty(param.shape, dtype=torch.float32).uniform_(-0.02, 0.02, generator=gen)
-        param.data.copy_(values)
+        dev = param.device
+        gen = gens.setdefault(dev, torch.Generator(device=dev).manual_seed(seed))
+        values = torch.empty(param.shape, dtype=torch.float32, device=dev)
+        param.data.copy_(values.uniform_(-0.02, 0.02, generator=gen))
