@@ -29,7 +29,15 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
-        _check(isinstance(self.n, int) and self.n >= 1, "n", self.n, "an integer >= 1")
+        # types first, so a wrong type is a ValueError that names the field, not a TypeError
+        for name in ("temperature", "top_p", "min_p"):
+            value = getattr(self, name)
+            _check(_is_number(value), name, value, "a number")
+        for name in ("n", "top_k", "max_tokens", "min_tokens", "logprobs", "seed"):
+            value = getattr(self, name)
+            optional = name in ("max_tokens", "logprobs", "seed")
+            _check(_is_int(value) or (optional and value is None), name, value, "an integer")
+        _check(self.n >= 1, "n", self.n, "an integer >= 1")
         _check(self.temperature >= 0.0, "temperature", self.temperature, "a number >= 0")
         _check(0.0 < self.top_p <= 1.0, "top_p", self.top_p, "a number in (0, 1]")
         _check(
@@ -73,6 +81,14 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
         """The params of the index-th of n parallel samples: n=1 and a distinct seed."""
         seed = None if self.seed is None else self.seed + index
         return msgspec.structs.replace(self, n=1, seed=seed)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _check(ok: bool, name: str, value: object, allowed: str) -> None:

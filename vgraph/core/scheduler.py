@@ -47,6 +47,16 @@ class SchedulerOutput:
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, kv_cache_manager: KVCacheManager) -> None:
+        # a request that outgrows the whole pool would preempt itself forever (a silent hang)
+        needed = kv_cache_manager.blocks_needed(config.max_model_len)
+        if kv_cache_manager.num_blocks < needed:
+            raise ValueError(
+                f"max_model_len={config.max_model_len} needs {needed} KV cache blocks of "
+                f"{kv_cache_manager.block_size} tokens, but the cache has only "
+                f"{kv_cache_manager.num_blocks} blocks; lower max_model_len to at most "
+                f"{kv_cache_manager.num_blocks * kv_cache_manager.block_size} or give the cache "
+                f"more memory (gpu_memory_utilization, cpu_kv_cache_bytes, num_gpu_blocks_override)"
+            )
         self.config = config
         self.kv = kv_cache_manager
         self.waiting: deque[Request] = deque()

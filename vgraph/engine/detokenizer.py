@@ -4,7 +4,8 @@ Text grows one token at a time through the tokenizers library's DecodeStream (wh
 partial UTF-8 sequences), seeded with the prompt's tail so that the first output token decodes in
 context. Stop strings are searched only where new text could complete one; while a stream is
 running, the last len(longest stop) - 1 characters are held back so a stop string is never sent
-and then taken back.
+and then taken back. As in vLLM, no stop string is matched inside the text of the first min_tokens
+tokens, and a request ended by an EOS or stop token id leaves that token's text out.
 """
 
 from __future__ import annotations
@@ -29,17 +30,22 @@ class IncrementalDetokenizer:
         self.stop = params.stop or []
         self.include_stop = params.include_stop_str_in_output
         self.holdback = max((len(s) for s in self.stop), default=1) - 1
+        self.min_tokens = params.min_tokens
+        self.num_tokens = 0  # output tokens seen so far
         self.output_text = ""
         self._sent = 0  # characters of output_text already returned as deltas
 
     def update(self, new_token_ids: list[int]) -> str | None:
         """Append tokens; returns the stop string if one now ends the text (text truncated)."""
         for token_id in new_token_ids:
+            self.num_tokens += 1
             chunk = self.stream.step(self.tokenizer, token_id)
             if not chunk:
                 continue
             start = len(self.output_text)
             self.output_text += chunk
+            if self.num_tokens <= self.min_tokens:
+                continue  # text of the first min_tokens tokens cannot stop the request
             stop = self._find_stop(start)
             if stop is not None:
                 return stop

@@ -33,12 +33,20 @@ class InputProcessor:
                     "prompt is text but this model has no tokenizer; pass token ids instead"
                 )
             ids = self.tokenizer.encode(prompt, add_special_tokens=True)
+            if not ids:
+                raise ValueError(
+                    f"prompt={prompt[:40]!r} encodes to no tokens; give text that has some"
+                )
             text: str | None = prompt
         elif isinstance(prompt, (list, tuple)):
             if not prompt:
                 raise ValueError("prompt=[] is empty; give at least one token id")
-            if not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-                raise ValueError("prompt token ids must all be integers")
+            odd = next((t for t in prompt if not isinstance(t, int) or isinstance(t, bool)), None)
+            if odd is not None:
+                raise ValueError(
+                    f"prompt token id {odd!r} is not allowed; token ids must be ints in "
+                    f"0..{mc.vocab_size - 1}"
+                )
             ids, text = list(prompt), None
         else:
             raise ValueError(
@@ -51,8 +59,8 @@ class InputProcessor:
             )
         if len(ids) > mc.max_model_len:
             raise ValueError(
-                f"prompt has {len(ids)} tokens, more than max_model_len={mc.max_model_len}; "
-                f"shorten it or raise max_model_len"
+                f"prompt has {len(ids)} tokens; allowed: at most max_model_len="
+                f"{mc.max_model_len} tokens. Shorten it or raise max_model_len"
             )
         return text, ids
 

@@ -99,6 +99,8 @@ class OutputProcessor:
             if parent is None:  # aborted by the frontend while the step ran
                 continue
             child = parent.children[[c.request_id for c in parent.children].index(out.request_id)]
+            if child.finish_reason is not None:  # stopped here by a stop string; the core ran on
+                continue
             if self._update_child(child, out):
                 to_abort.append(child.request_id)
             if out.error is not None:
@@ -131,23 +133,23 @@ class OutputProcessor:
             self.child_to_parent.pop(c.request_id, None)
 
     def _update_child(self, child: ChildState, out: EngineCoreOutput) -> bool:
-        """Apply one engine output; True if a stop string finished the child here."""
+        """Apply one engine output; True if a stop string finished the child while the core
+        still runs it (the caller aborts it there)."""
         child.token_ids.extend(out.new_token_ids)
         if out.new_logprobs and child.logprobs is not None:
             for lp in out.new_logprobs:
                 child.logprobs.append(self._logprob_dict(lp))
                 child.cumulative_logprob += lp.logprobs[0]
         if child.detok is not None and out.finish_reason != "error":
-            stop = child.detok.update(out.new_token_ids)
-            if stop is not None and out.finish_reason is None:
+            ids = out.new_token_ids
+            if out.finish_reason == "stop" and not child.params.include_stop_str_in_output:
+                ids = ids[:-1]  # the EOS / stop token id that ended it: kept in ids, not in text
+            stop = child.detok.update(ids)
+            if stop is not None:  # the text ends at a stop string, whatever else ended it
                 child.finish_reason, child.stop_reason = "stop", stop
-                return True
-            if stop is not None:
-                child.stop_reason = stop
+                return out.finish_reason is None
         if out.finish_reason is not None:
-            child.finish_reason = out.finish_reason
-            if child.stop_reason is None:
-                child.stop_reason = out.stop_reason
+            child.finish_reason, child.stop_reason = out.finish_reason, out.stop_reason
         return False
 
     def _logprob_dict(self, lp: TokenLogprobs) -> dict[int, Logprob]:

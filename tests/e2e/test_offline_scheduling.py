@@ -1,0 +1,143 @@
+"""Scheduling never changes greedy tokens: batching, chunked prefill and preemption by recompute.
+
+Every constrained run is compared with one unconstrained run of the same tiny Llama (whose
+greedy tokens test_offline_hf_parity ties to transformers). The engine core runs in-process so the
+tests can look at its scheduler: each asserts that the constraint really bit (chunks smaller than
+a prompt, mixed steps, preemptions), or equality would prove nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from vgraph import LLM, SamplingParams
+from vgraph.core.scheduler import Scheduler, SchedulerOutput
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+SMALL_KV_BYTES = 1 << 24
+NEW_TOKENS = 32
+GREEDY = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
+PROMPT_LENS = (40, 100, 57, 64, 83, 45, 71, 96)  # 8 prompts of 40-100 tokens
+
+
+def make_llm(folder: Path, **kwargs: Any) -> LLM:
+    return LLM(str(folder), multiprocess=False, cpu_kv_cache_bytes=SMALL_KV_BYTES, **kwargs)
+
+
+def scheduler_of(llm: LLM) -> Scheduler:
+    return llm.engine.client.core.scheduler
+
+
+def token_ids(llm: LLM, prompts: list[list[int]], params: SamplingParams = GREEDY) -> list[list[int]]:
+    return [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
+
+
+@pytest.fixture(scope="module")
+def folder(tiny_checkpoint) -> Path:
+    return tiny_checkpoint("llama")
+
+
+@pytest.fixture(scope="module")
+def prompts() -> list[list[int]]:
+    gen = torch.Generator().manual_seed(1234)
+    return [torch.randint(0, 512, (n,), generator=gen).tolist() for n in PROMPT_LENS]
+
+
+@pytest.fixture(scope="module")
+def reference(folder: Path, prompts: list[list[int]]) -> list[list[int]]:
+    """Unconstrained: the whole batch fits the token budget and the KV cache at once."""
+    llm = make_llm(folder)
+    out = token_ids(llm, prompts)
+    assert scheduler_of(llm).num_preemptions == 0
+    return out
+
+
+class StepLog:
+    """Records, for every scheduled step, (request id, computed before, scheduled, prompt len)."""
+
+    def __init__(self, scheduler: Scheduler, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.steps: list[list[tuple[str, int, int, int]]] = []
+        schedule = scheduler.schedule
+
+        def spy() -> SchedulerOutput:
+            out = schedule()
+            self.steps.append([
+                (r.request_id, r.num_computed_tokens, n, r.num_prompt_tokens)
+                for r, n in zip(out.requests, out.num_scheduled_tokens)
+            ])
+            return out
+
+        monkeypatch.setattr(scheduler, "schedule", spy)
+
+
+def test_batch_invariance(folder: Path, prompts: list[list[int]], reference: list[list[int]]) -> None:
+    """A prompt alone and inside a batch of 8 gives the same greedy tokens."""
+    llm = make_llm(folder)
+    target = 3
+    alone = token_ids(llm, [prompts[target]])[0]
+    assert alone == reference[target]
+    # the same prompt at another place in a batch of 8 (others reordered)
+    batch = [prompts[i] for i in (5, 0, 7, 3, 1, 2, 6, 4)]
+    got = token_ids(llm, batch)
+    assert got[3] == alone
+    assert got == [reference[i] for i in (5, 0, 7, 3, 1, 2, 6, 4)]
+
+
+def test_chunked_prefill_matches_unconstrained(
+    folder: Path, prompts: list[list[int]], reference: list[list[int]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    llm = make_llm(folder, max_num_batched_tokens=16)
+    log = StepLog(scheduler_of(llm), monkeypatch)
+    assert token_ids(llm, prompts) == reference
+
+    assert all(sum(n for _, _, n, _ in step) <= 16 for step in log.steps)
+    chunks = [(c, n, p) for step in log.steps for _, c, n, p in step if c < p]
+    assert any(c + n < p for c, n, p in chunks), "no prompt was split into chunks"
+    assert any(c > 0 for c, _, p in chunks), "no chunk continued a partly computed prompt"
+    mixed = [
+        step for step in log.steps
+        if any(c >= p for _, c, _, p in step) and any(c < p for _, c, _, p in step)
+    ]
+    assert mixed, "no step mixed decodes with a prefill chunk"
+
+
+def test_preemption_matches_unconstrained(
+    folder: Path, prompts: list[list[int]], reference: list[list[int]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 12 blocks = 192 tokens: the longest request (100 + 32) fits alone, the batch (~780) never
+    llm = make_llm(folder, num_gpu_blocks_override=12, max_model_len=192)
+    sched = scheduler_of(llm)
+    log = StepLog(sched, monkeypatch)
+    assert token_ids(llm, prompts) == reference
+
+    assert sched.num_preemptions > 0
+    assert llm.engine.last_stats.num_preemptions == sched.num_preemptions
+    # a preempted request was recomputed from scratch: prefilled again past its prompt
+    assert any(c == 0 and n > p for step in log.steps for _, c, n, p in step)
+    assert sched.kv.num_free_blocks == 12 and not sched.requests
+
+
+def test_chunked_prefill_with_preemption_matches_unconstrained(
+    folder: Path, prompts: list[list[int]], reference: list[list[int]]
+) -> None:
+    llm = make_llm(folder, max_num_batched_tokens=16, num_gpu_blocks_override=12,
+                   max_model_len=192)
+    assert token_ids(llm, prompts) == reference
+    assert scheduler_of(llm).num_preemptions > 0
+
+
+def test_max_num_seqs_matches_unconstrained(
+    folder: Path, prompts: list[list[int]], reference: list[list[int]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    llm = make_llm(folder, max_num_seqs=3)
+    log = StepLog(scheduler_of(llm), monkeypatch)
+    assert token_ids(llm, prompts) == reference
+    assert max(len(step) for step in log.steps) == 3
