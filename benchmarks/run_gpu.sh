@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # The GPU session in one script: build csrc for sm_90, run the GPU tests, then the benchmarks.
 # Usage on the GPU machine (repo root, carried wheels in .whl): bash benchmarks/run_gpu.sh OUTDIR
-# Steps run in order of importance; each writes its log/JSON into OUTDIR as soon as it ends.
+# Steps run in order of importance; each appends to OUTDIR/run.log and writes its JSON as it ends.
 set -u
 out=${1:-benchmarks/results/latest}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 VGRAPH_ENABLE_MULTIPROCESSING=0
-step() { local name=$1; shift; echo "== $name"; local t0=$SECONDS
-  "$@" >"$out/$name.log" 2>&1; echo "   rc=$? in $((SECONDS - t0)) s"; tail -n 25 "$out/$name.log"; }
+step() { local name=$1; shift; local t0=$SECONDS
+  echo "== $name: $*" >>"$out/run.log"; "$@" >"$out/step.tmp" 2>&1; local rc=$?
+  cat "$out/step.tmp" >>"$out/run.log"; echo "== $name rc=$rc in $((SECONDS - t0)) s" | tee -a "$out/run.log"
+  grep -v "it/s]\|graph/s]" "$out/step.tmp" | tail -n 14; rm -f "$out/step.tmp"; }
 
 step ext python3 -m vgraph.ext_build
-step gpu_tests python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_engine_gpu.py \
+step gpu_tests python3 -m pytest -q -p no:cacheprovider tests/gpu/test_engine_gpu.py \
   "tests/kernels/test_paged_attention.py::test_cuda_graph_replay_follows_new_lengths"
 for model in SmolLM2-135M Llama-3.2-1B; do
   step "latency_$model" python3 -m vgraph.bench.latency --model "$model" --modes NONE FULL \
