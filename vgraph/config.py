@@ -313,7 +313,7 @@ class VGraphConfig:
             max_num_batched_tokens=max_num_batched_tokens,
             max_model_len=max_model_len,
         )
-        backend = resolve_backend_name(attention_backend, dev)
+        backend = resolve_backend_name(attention_backend, dev, model_config.head_dim)
         comp = CompilationConfig.parse(compilation_config)
         if enforce_eager:
             comp = dataclasses.replace(comp, enforce_eager=True, cudagraph_mode=None)

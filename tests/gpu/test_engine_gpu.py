@@ -31,7 +31,9 @@ def prompts(n: int = 4, vocab: int = 512) -> list[list[int]]:
 
 @pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3"])
 def tiny(request, tmp_path_factory):
-    return str(make_tiny_model(request.param, tmp_path_factory.mktemp(request.param)))
+    """head_dim 64: a size the csrc CUDA kernels (the default backend on CUDA) support."""
+    return str(make_tiny_model(request.param, tmp_path_factory.mktemp(request.param),
+                               hidden_size=256, num_attention_heads=4, head_dim=64))
 
 
 def hf_logprobs(folder: str, seq: list[int]) -> torch.Tensor:

@@ -86,6 +86,6 @@ class AttentionBackend(ABC):
         return (2, num_blocks, block_size, num_kv_heads, head_dim)
 
     @classmethod
-    def is_available(cls, device: torch.device) -> str | None:
-        """None if usable on device, else why not."""
+    def is_available(cls, device: torch.device, head_dim: int | None = None) -> str | None:
+        """None if usable on device (for this head size), else why not."""
         return None

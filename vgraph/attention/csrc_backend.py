@@ -42,10 +42,15 @@ class CsrcAttentionBackend(AttentionBackend):
     cudagraph_support = AttentionCGSupport.ALWAYS
     impl_cls = CsrcAttentionImpl
 
+    cuda_head_dims = (64, 128)
+
     @classmethod
-    def is_available(cls, device: torch.device) -> str | None:
+    def is_available(cls, device: torch.device, head_dim: int | None = None) -> str | None:
         if not load_ext():
             return ext_unavailable_reason()
-        if device.type == "cuda" and not has_cuda_kernels():
-            return "vgraph._C was built without CUDA kernels: run `make ext` on a CUDA machine"
+        if device.type == "cuda":
+            if not has_cuda_kernels():
+                return "vgraph._C was built without CUDA kernels: run `make ext` on a CUDA machine"
+            if head_dim is not None and head_dim not in cls.cuda_head_dims:
+                return f"its CUDA kernels support head_dim {cls.cuda_head_dims}, not {head_dim}"
         return None

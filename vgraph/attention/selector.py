@@ -26,7 +26,7 @@ def get_backend_cls(name: str) -> type[AttentionBackend]:
     return getattr(importlib.import_module(module), attr)
 
 
-def resolve_backend_name(name: str, device: torch.device) -> str:
+def resolve_backend_name(name: str, device: torch.device, head_dim: int | None = None) -> str:
     """Map "auto" to the best available backend; reject unknown or unusable names.
 
     auto: csrc on CUDA when built (it supports full graphs of any step), else torch; on the CPU
@@ -34,7 +34,7 @@ def resolve_backend_name(name: str, device: torch.device) -> str:
     """
     if name == "auto":
         if device.type == "cuda":
-            why_not = get_backend_cls("csrc").is_available(device)
+            why_not = get_backend_cls("csrc").is_available(device, head_dim)
             if why_not is None:
                 return "csrc"
             logger.warning("attention backend csrc unavailable (%s); using torch", why_not)
@@ -43,7 +43,7 @@ def resolve_backend_name(name: str, device: torch.device) -> str:
         raise ValueError(
             f"attention_backend={name!r} is not allowed; use 'auto' or one of {backend_names()}"
         )
-    why_not = get_backend_cls(name).is_available(device)
+    why_not = get_backend_cls(name).is_available(device, head_dim)
     if why_not is not None:
         raise ValueError(f"attention_backend={name!r} is not usable on {device.type}: {why_not}")
     return name

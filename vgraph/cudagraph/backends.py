@@ -54,6 +54,7 @@ class CudaGraphBackend(GraphBackend):
 
     def memory_in_use(self) -> int:
         torch.cuda.synchronize()
+        torch.cuda.empty_cache()  # cached free blocks would hide the pool's new segments
         free, total = torch.cuda.mem_get_info()
         return total - free
 
@@ -92,7 +93,9 @@ class RecordedGraph:
                     dst.copy_(src)
 
 
-def _replay_kind(func: torch._ops.OpOverload) -> _Replay:
+def _replay_kind(
+    func: torch._ops.OpOverload, args: tuple[Any, ...], outputs: list[torch.Tensor]
+) -> _Replay:
     name = func._schema.name.split("::")[-1]
     if name in _ALLOCATIONS:
         return _Replay.SKIP
@@ -100,7 +103,12 @@ def _replay_kind(func: torch._ops.OpOverload) -> _Replay:
     if func._schema.is_mutable:
         return _Replay.MUTATE
     if aliases:
-        return _Replay.SKIP
+        # Tensor(a) means "may alias": contiguous / reshape / to (seen undecomposed under
+        # inference_mode) return a copy when they must; a copy has to be re-run on replay
+        inputs = {t.untyped_storage().data_ptr() for t in tree_flatten(args)[0]
+                  if isinstance(t, torch.Tensor)}
+        if all(o.untyped_storage().data_ptr() in inputs for o in outputs):
+            return _Replay.SKIP
     return _Replay.COPY_OUT
 
 
@@ -121,7 +129,7 @@ class _RecordMode(TorchDispatchMode):
             )
         out = func(*args, **kwargs)
         outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-        self.graph.ops.append(_Op(func, args, kwargs, outputs, _replay_kind(func)))
+        self.graph.ops.append(_Op(func, args, kwargs, outputs, _replay_kind(func, args, outputs)))
         return out
 
 
