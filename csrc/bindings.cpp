@@ -1,5 +1,5 @@
 // The vgraph_C op library: schemas only. Each device's kernels register their own impls
-// (attention_cpu.cpp / cache_cpu.cpp for CPU, attention_cuda.cu / cache_cuda.cu for CUDA), so this
+// (attention_cpu.cpp / cache_cpu.cpp / layers_cpu.cpp for CPU, the *_cuda.cu twins for CUDA), so this
 // file never changes when a kernel does. Fake (meta) impls live in vgraph/_ext.py.
 #include <Python.h>
 #include <torch/library.h>
@@ -18,6 +18,24 @@ TORCH_LIBRARY(vgraph_C, m) {
       "paged_attention(Tensor(a!) out, Tensor query, Tensor key_cache, Tensor value_cache, "
       "Tensor query_start_loc, Tensor seq_lens, Tensor block_table, float scale, "
       "int? num_reqs=None) -> ()");
+
+  // Fused layer ops (layers_cpu.cpp / layers_cuda.cu). Rows may be strided; the last dim is
+  // contiguous. Dtypes float32 / float16 / bfloat16, math in float32.
+  // out/input: [num_tokens, hidden]; weight: [hidden]. out = weight * (x * rsqrt(mean(x^2) + eps))
+  // .to(dtype), rounded as Hugging Face's LlamaRMSNorm rounds.
+  m.def("rms_norm(Tensor(a!) out, Tensor input, Tensor weight, float eps) -> ()");
+  // In place: residual = input + residual (in the dtype); input = rms_norm(residual).
+  m.def(
+      "fused_add_rms_norm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps) -> ()");
+  // In place, neox (rotate-half) style: positions int64/int32 [num_tokens]; query
+  // [num_tokens, num_heads * head_size]; key [num_tokens, num_kv_heads * head_size];
+  // cos_sin_cache float32 [max_position, rot_dim] = cos | sin; the first rot_dim dims of each head
+  // are rotated.
+  m.def(
+      "rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!) key, int head_size, "
+      "Tensor cos_sin_cache, bool is_neox) -> ()");
+  // input: [num_tokens, 2 * d] = gate | up; out: [num_tokens, d] = silu(gate) * up.
+  m.def("silu_and_mul(Tensor(a!) out, Tensor input) -> ()");
 }
 
 // Lets `import vgraph._C` load the library too (torch.ops.load_library is the usual way).

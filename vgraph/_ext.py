@@ -40,11 +40,27 @@ def ext_unavailable_reason() -> str:
     return _reason
 
 
-def has_cuda_kernels() -> bool:
-    """True when the loaded library carries the CUDA impls (a CUDA build)."""
-    return load_ext() and torch._C._dispatch_has_kernel_for_dispatch_key(
-        "vgraph_C::paged_attention", "CUDA"
+def has_cuda_kernels(op: str = "paged_attention") -> bool:
+    """True when the loaded library carries a CUDA impl of vgraph_C::<op> (a CUDA build that is
+    new enough to have that op)."""
+    return (
+        load_ext()
+        and torch._C._dispatch_has_kernel(f"vgraph_C::{op}")
+        and torch._C._dispatch_has_kernel_for_dispatch_key(f"vgraph_C::{op}", "CUDA")
     )
+
+
+def use_cuda_op(x: torch.Tensor, op: str) -> bool:
+    """Whether a layer should call vgraph_C::<op> on x: only for CUDA tensors with a CUDA build.
+    Layers decide once, at their first call, and cache the answer; the CPU keeps the torch code."""
+    return x.is_cuda and _has_cuda_kernels_const(op)
+
+
+# Dynamo calls this at trace time and bakes in the answer, so a first call inside torch.compile
+# neither traces load_library nor breaks the graph.
+@torch.compiler.assume_constant_result
+def _has_cuda_kernels_const(op: str) -> bool:
+    return bool(has_cuda_kernels(op))
 
 
 def _register_fakes() -> None:
@@ -65,4 +81,21 @@ def _register_fakes() -> None:
         scale,
         num_reqs=None,
     ) -> None:
+        return None
+
+    # The fused layer ops also only write their Tensor(a!) arguments.
+    @torch.library.register_fake("vgraph_C::rms_norm")
+    def _rms_norm_fake(out, input, weight, eps) -> None:
+        return None
+
+    @torch.library.register_fake("vgraph_C::fused_add_rms_norm")
+    def _fused_add_rms_norm_fake(input, residual, weight, eps) -> None:
+        return None
+
+    @torch.library.register_fake("vgraph_C::rotary_embedding")
+    def _rotary_embedding_fake(positions, query, key, head_size, cos_sin_cache, is_neox) -> None:
+        return None
+
+    @torch.library.register_fake("vgraph_C::silu_and_mul")
+    def _silu_and_mul_fake(out, input) -> None:
         return None

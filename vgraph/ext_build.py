@@ -25,8 +25,8 @@ from vgraph._ext import LIB_PATH
 REPO = Path(__file__).resolve().parents[1]
 CSRC = REPO / "csrc"
 BUILD_ROOT = REPO / "build" / "ext"
-CPU_SOURCES = ["bindings.cpp", "attention_cpu.cpp", "cache_cpu.cpp"]
-CUDA_SOURCES = ["attention_cuda.cu", "cache_cuda.cu"]
+CPU_SOURCES = ["bindings.cpp", "attention_cpu.cpp", "cache_cpu.cpp", "layers_cpu.cpp"]
+CUDA_SOURCES = ["attention_cuda.cu", "cache_cuda.cu", "layers_cuda.cu"]
 
 
 def cuda_wanted() -> bool:

@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vgraph._ext import use_cuda_op
+
 
 def default_weight_loader(param: torch.Tensor, loaded: torch.Tensor, shard_id: object = None) -> None:
     assert shard_id is None, shard_id
@@ -69,6 +71,19 @@ def plain_linear(in_features: int, out_features: int, bias: bool = False) -> Lin
 
 
 class SiluAndMul(nn.Module):
+    """silu(gate) * up. On CUDA with a CUDA build of vgraph._C: one fused kernel
+    (vgraph_C::silu_and_mul, same rounding); elsewhere the torch code, the float32 oracle."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._fused: bool | None = None  # fused CUDA op or torch code; decided at the first call
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [T, 2 * I] -> [T, I]
+        if self._fused is None:
+            self._fused = use_cuda_op(x, "silu_and_mul") and x.dim() == 2
+        if self._fused:
+            out = torch.empty((x.shape[0], x.shape[1] // 2), dtype=x.dtype, device=x.device)
+            torch.ops.vgraph_C.silu_and_mul(out, x)
+            return out
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate) * up

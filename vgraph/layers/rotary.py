@@ -1,7 +1,8 @@
 """Rotary position embedding (neox / rotate-half style) with optional llama3 frequency scaling.
 
 The cos/sin table is precomputed for max_position positions, so the forward is one gather:
-no data-dependent shapes, graph-safe.
+no data-dependent shapes, graph-safe. On CUDA with a CUDA build of vgraph._C the forward is one
+fused in-place kernel (vgraph_C::rotary_embedding); elsewhere the torch code, the float32 oracle.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from vgraph._ext import use_cuda_op
 
 
 def _inv_freq(head_dim: int, base: float, scaling: dict[str, Any] | None) -> torch.Tensor:
@@ -55,6 +58,7 @@ class RotaryEmbedding(nn.Module):
         freqs = torch.outer(t, inv_freq)  # [max_position, head_dim / 2]
         cache = torch.cat([freqs.cos(), freqs.sin()], dim=-1).float()  # [max_position, head_dim]
         self.register_buffer("cos_sin_cache", cache, persistent=False)
+        self._fused: bool | None = None  # fused CUDA op or torch code; decided at the first call
 
     def forward(
         self,
@@ -62,6 +66,15 @@ class RotaryEmbedding(nn.Module):
         q: torch.Tensor,  # [T, num_heads * head_dim]
         k: torch.Tensor,  # [T, num_kv_heads * head_dim]
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns the rotated (q, k). The fused op rotates q and k in place (they may be views of
+        the fused qkv projection's output, the model's own intermediate) and returns them."""
+        if self._fused is None:
+            self._fused = use_cuda_op(q, "rotary_embedding")
+        if self._fused:
+            torch.ops.vgraph_C.rotary_embedding(
+                positions, q, k, self.head_dim, self.cos_sin_cache, True
+            )
+            return q, k
         cos, sin = self.cos_sin_cache[positions].chunk(2, dim=-1)  # [T, head_dim / 2] each
         return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
 

@@ -1,0 +1,149 @@
+// The fused layer ops on the CPU: rms_norm, fused_add_rms_norm, rotary_embedding, silu_and_mul.
+// Plain loops over tokens (at::parallel_for), float32 math, rounded to the tensor dtype at the same
+// points as the torch code they replace (vgraph/layers/{layernorm,rotary,linear}.py), so the CUDA
+// kernels in layers_cuda.cu have a readable twin. The engine's CPU path keeps the torch code; these
+// exist for tests and for parity of semantics.
+#include <cmath>
+#include <vector>
+
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include "layers_common.h"
+
+namespace vgraph {
+namespace {
+
+template <typename scalar_t>
+inline scalar_t round_to(float v) {
+  return static_cast<scalar_t>(v);
+}
+
+// out_row = weight * (x * rsqrt(mean(x^2) + eps)).to(dtype), x given as float32.
+template <typename scalar_t>
+void norm_row(const float* x, int64_t hidden, const scalar_t* weight, float eps, scalar_t* out) {
+  float sum_sq = 0.f;
+  for (int64_t i = 0; i < hidden; ++i) sum_sq += x[i] * x[i];
+  const float inv_rms = 1.f / std::sqrt(sum_sq / static_cast<float>(hidden) + eps);
+  for (int64_t i = 0; i < hidden; ++i) {
+    const float y = static_cast<float>(round_to<scalar_t>(x[i] * inv_rms));
+    out[i] = round_to<scalar_t>(static_cast<float>(weight[i]) * y);
+  }
+}
+
+void rms_norm_cpu(at::Tensor& out, const at::Tensor& input, const at::Tensor& weight, double eps) {
+  check_rms_norm(out, input, weight);
+  const int64_t num_tokens = input.size(0), hidden = input.size(1);
+  VGRAPH_DISPATCH_FLOAT_TYPES(input.scalar_type(), "rms_norm_cpu", [&] {
+    const scalar_t* in = input.data_ptr<scalar_t>();
+    const scalar_t* w = weight.data_ptr<scalar_t>();
+    scalar_t* o = out.data_ptr<scalar_t>();
+    at::parallel_for(0, num_tokens, 16, [&](int64_t begin, int64_t end) {
+      std::vector<float> x(hidden);
+      for (int64_t t = begin; t < end; ++t) {
+        const scalar_t* row = in + t * input.stride(0);
+        for (int64_t i = 0; i < hidden; ++i) x[i] = static_cast<float>(row[i]);
+        norm_row<scalar_t>(x.data(), hidden, w, static_cast<float>(eps), o + t * out.stride(0));
+      }
+    });
+  });
+}
+
+// residual = (input + residual).to(dtype); input = rms_norm(residual).
+void fused_add_rms_norm_cpu(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight,
+                            double eps) {
+  check_fused_add_rms_norm(input, residual, weight);
+  const int64_t num_tokens = input.size(0), hidden = input.size(1);
+  VGRAPH_DISPATCH_FLOAT_TYPES(input.scalar_type(), "fused_add_rms_norm_cpu", [&] {
+    scalar_t* in = input.data_ptr<scalar_t>();
+    scalar_t* res = residual.data_ptr<scalar_t>();
+    const scalar_t* w = weight.data_ptr<scalar_t>();
+    at::parallel_for(0, num_tokens, 16, [&](int64_t begin, int64_t end) {
+      std::vector<float> x(hidden);
+      for (int64_t t = begin; t < end; ++t) {
+        scalar_t* in_row = in + t * input.stride(0);
+        scalar_t* res_row = res + t * residual.stride(0);
+        for (int64_t i = 0; i < hidden; ++i) {
+          res_row[i] = round_to<scalar_t>(static_cast<float>(in_row[i]) + static_cast<float>(res_row[i]));
+          x[i] = static_cast<float>(res_row[i]);
+        }
+        norm_row<scalar_t>(x.data(), hidden, w, static_cast<float>(eps), in_row);
+      }
+    });
+  });
+}
+
+// Neox (rotate-half) rotation of the first rot_dim dims of every head, in place.
+template <typename scalar_t>
+void rotate_heads(scalar_t* row, int64_t num_heads, int64_t head_size, int64_t half,
+                  const float* cos, const float* sin) {
+  for (int64_t h = 0; h < num_heads; ++h) {
+    scalar_t* x = row + h * head_size;
+    for (int64_t i = 0; i < half; ++i) {
+      const float x1 = static_cast<float>(x[i]), x2 = static_cast<float>(x[i + half]);
+      x[i] = round_to<scalar_t>(x1 * cos[i] - x2 * sin[i]);
+      x[i + half] = round_to<scalar_t>(x2 * cos[i] + x1 * sin[i]);
+    }
+  }
+}
+
+void rotary_embedding_cpu(const at::Tensor& positions, at::Tensor& query, at::Tensor& key,
+                          int64_t head_size, const at::Tensor& cos_sin_cache, bool is_neox) {
+  const int64_t rot_dim =
+      check_rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox);
+  const int64_t num_tokens = query.size(0), half = rot_dim / 2;
+  const int64_t max_position = cos_sin_cache.size(0);
+  const at::Tensor pos = positions.to(at::kLong);
+  const int64_t* p = pos.data_ptr<int64_t>();
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    TORCH_CHECK(p[t] >= 0 && p[t] < max_position, "position ", p[t], " of token ", t,
+                " is outside the cos_sin_cache [0, ", max_position, ")");
+  }
+  const float* cache = cos_sin_cache.data_ptr<float>();
+  VGRAPH_DISPATCH_FLOAT_TYPES(query.scalar_type(), "rotary_embedding_cpu", [&] {
+    scalar_t* q = query.data_ptr<scalar_t>();
+    scalar_t* k = key.data_ptr<scalar_t>();
+    at::parallel_for(0, num_tokens, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        const float* cos = cache + p[t] * rot_dim;
+        rotate_heads<scalar_t>(q + t * query.stride(0), query.size(1) / head_size, head_size, half,
+                               cos, cos + half);
+        rotate_heads<scalar_t>(k + t * key.stride(0), key.size(1) / head_size, head_size, half, cos,
+                               cos + half);
+      }
+    });
+  });
+}
+
+// out = silu(gate).to(dtype) * up: rounded where F.silu(gate) * up rounds, so it matches HF.
+void silu_and_mul_cpu(at::Tensor& out, const at::Tensor& input) {
+  check_silu_and_mul(out, input);
+  const int64_t num_tokens = input.size(0), d = input.size(1) / 2;
+  VGRAPH_DISPATCH_FLOAT_TYPES(input.scalar_type(), "silu_and_mul_cpu", [&] {
+    const scalar_t* in = input.data_ptr<scalar_t>();
+    scalar_t* o = out.data_ptr<scalar_t>();
+    at::parallel_for(0, num_tokens, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        const scalar_t* gate = in + t * input.stride(0);
+        const scalar_t* up = gate + d;
+        scalar_t* o_row = o + t * out.stride(0);
+        for (int64_t i = 0; i < d; ++i) {
+          const float g = static_cast<float>(gate[i]);
+          const float act = static_cast<float>(round_to<scalar_t>(g / (1.f + std::exp(-g))));
+          o_row[i] = round_to<scalar_t>(act * static_cast<float>(up[i]));
+        }
+      }
+    });
+  });
+}
+
+}  // namespace
+}  // namespace vgraph
+
+TORCH_LIBRARY_IMPL(vgraph_C, CPU, m) {
+  m.impl("rms_norm", &vgraph::rms_norm_cpu);
+  m.impl("fused_add_rms_norm", &vgraph::fused_add_rms_norm_cpu);
+  m.impl("rotary_embedding", &vgraph::rotary_embedding_cpu);
+  m.impl("silu_and_mul", &vgraph::silu_and_mul_cpu);
+}

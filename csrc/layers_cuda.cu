@@ -1,0 +1,308 @@
+// The fused layer ops on CUDA: rms_norm, fused_add_rms_norm, rotary_embedding, silu_and_mul.
+// One kernel launch per op, one CTA per token; the grid is num_tokens and the CTA size depends
+// only on static sizes (hidden, heads), so a captured graph replays correctly for any contents of
+// its buffers. Nothing reads device data on the host. 16-byte vectors when the row width, strides
+// and pointers allow (VEC = 16 / sizeof(dtype)), else scalars. float32 math, rounded to the dtype at
+// the same points as the torch code they replace (twin: layers_cpu.cpp).
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/macros/Macros.h>
+#include <ATen/Dispatch.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "layers_common.h"
+
+namespace vgraph {
+namespace {
+
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+
+template <typename scalar_t>
+__device__ __forceinline__ scalar_t round_to(float v) {
+  return static_cast<scalar_t>(v);
+}
+
+// Sum of v over the CTA (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// Called once per kernel, so the shared scratch needs no second barrier.
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float warp_sums[32];
+  __shared__ float total;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float s = lane < blockDim.x / 32 ? warp_sums[lane] : 0.f;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    if (lane == 0) total = s;
+  }
+  __syncthreads();
+  return total;
+}
+
+// Threads for `work` independent items per token: a multiple of 32 in [32, max_threads].
+int threads_for(int64_t work, int max_threads) {
+  const int64_t t = (work + 31) / 32 * 32;
+  return static_cast<int>(std::min<int64_t>(std::max<int64_t>(t, 32), max_threads));
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// ---- rms_norm / fused_add_rms_norm ------------------------------------------------------------
+// ADD = false: out = weight * (x * inv_rms).to(dtype), x = input.
+// ADD = true:  residual = (input + residual).to(dtype); input = weight * (r * inv_rms).to(dtype).
+// Pass 1 accumulates sum(x^2) in float32; pass 2 re-reads the row (from L1/L2) and writes. Each
+// thread re-reads exactly the elements it wrote in pass 1, so no barrier is needed between them.
+template <typename scalar_t, int VEC, bool ADD>
+__global__ void rms_norm_kernel(
+    scalar_t* out,                        // [num_tokens, hidden] (row stride out_stride)
+    const scalar_t* input,                // [num_tokens, hidden]; == out when ADD
+    scalar_t* residual,                   // [num_tokens, hidden]; nullptr unless ADD
+    const scalar_t* __restrict__ weight,  // [hidden]
+    int64_t out_stride, int64_t in_stride, int64_t res_stride, int hidden, float eps) {
+  using vec_t = Vec<scalar_t, VEC>;
+  const int64_t t = blockIdx.x;
+  const int num_vecs = hidden / VEC;
+  const vec_t* x_row = reinterpret_cast<const vec_t*>(input + t * in_stride);
+  vec_t* r_row = ADD ? reinterpret_cast<vec_t*>(residual + t * res_stride) : nullptr;
+  vec_t* o_row = reinterpret_cast<vec_t*>(out + t * out_stride);
+  const vec_t* w_row = reinterpret_cast<const vec_t*>(weight);
+
+  float sum_sq = 0.f;
+  for (int i = threadIdx.x; i < num_vecs; i += blockDim.x) {
+    vec_t x = x_row[i];
+    if constexpr (ADD) {
+      const vec_t r = r_row[i];
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        x.v[j] = round_to<scalar_t>(static_cast<float>(x.v[j]) + static_cast<float>(r.v[j]));
+      }
+      r_row[i] = x;
+    }
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const float f = static_cast<float>(x.v[j]);
+      sum_sq += f * f;
+    }
+  }
+  const float inv_rms = rsqrtf(block_sum(sum_sq) / static_cast<float>(hidden) + eps);
+
+  for (int i = threadIdx.x; i < num_vecs; i += blockDim.x) {
+    const vec_t x = ADD ? r_row[i] : x_row[i];
+    const vec_t w = w_row[i];
+    vec_t y;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const float normed = static_cast<float>(round_to<scalar_t>(static_cast<float>(x.v[j]) * inv_rms));
+      y.v[j] = round_to<scalar_t>(static_cast<float>(w.v[j]) * normed);
+    }
+    o_row[i] = y;
+  }
+}
+
+template <bool ADD>
+void launch_rms_norm(at::Tensor& out, const at::Tensor& input, at::Tensor* residual,
+                     const at::Tensor& weight, double eps) {
+  const int64_t num_tokens = input.size(0);
+  if (num_tokens == 0) return;
+  const c10::cuda::CUDAGuard guard(input.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const int hidden = static_cast<int>(input.size(1));
+  VGRAPH_DISPATCH_FLOAT_TYPES(input.scalar_type(), "rms_norm_cuda", [&] {
+    constexpr int kVec = 16 / sizeof(scalar_t);
+    scalar_t* res_ptr = ADD ? residual->data_ptr<scalar_t>() : nullptr;
+    const int64_t res_stride = ADD ? residual->stride(0) : 0;
+    const bool vectorized = hidden % kVec == 0 && out.stride(0) % kVec == 0 &&
+                            input.stride(0) % kVec == 0 && res_stride % kVec == 0 &&
+                            aligned16(out.data_ptr()) && aligned16(input.data_ptr()) &&
+                            aligned16(weight.data_ptr()) && (!ADD || aligned16(res_ptr));
+    auto launch = [&](auto kernel, int vec) {
+      kernel<<<num_tokens, threads_for(hidden / vec, 1024), 0, stream>>>(
+          out.data_ptr<scalar_t>(), input.data_ptr<scalar_t>(), res_ptr,
+          weight.data_ptr<scalar_t>(), out.stride(0), input.stride(0), res_stride, hidden,
+          static_cast<float>(eps));
+    };
+    if (vectorized) {
+      launch(rms_norm_kernel<scalar_t, kVec, ADD>, kVec);
+    } else {
+      launch(rms_norm_kernel<scalar_t, 1, ADD>, 1);
+    }
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+void rms_norm_cuda(at::Tensor& out, const at::Tensor& input, const at::Tensor& weight, double eps) {
+  check_rms_norm(out, input, weight);
+  launch_rms_norm<false>(out, input, nullptr, weight, eps);
+}
+
+void fused_add_rms_norm_cuda(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight,
+                             double eps) {
+  check_fused_add_rms_norm(input, residual, weight);
+  launch_rms_norm<true>(input, input, &residual, weight, eps);
+}
+
+// ---- rotary_embedding -------------------------------------------------------------------------
+// One item = VEC consecutive rotation pairs (x[i], x[i + half]) of one head of q or k.
+template <int VEC>
+__device__ __forceinline__ void load_floats(const float* p, float* dst) {
+  if constexpr (VEC % 4 == 0) {
+#pragma unroll
+    for (int k = 0; k < VEC / 4; ++k) {
+      const float4 f = reinterpret_cast<const float4*>(p)[k];
+      dst[4 * k] = f.x, dst[4 * k + 1] = f.y, dst[4 * k + 2] = f.z, dst[4 * k + 3] = f.w;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) dst[k] = p[k];
+  }
+}
+
+template <typename scalar_t, typename pos_t, int VEC>
+__global__ void rotary_embedding_kernel(
+    const pos_t* __restrict__ positions,  // [num_tokens]
+    scalar_t* __restrict__ query,         // [num_tokens, num_heads * head_size] (row stride q_stride)
+    scalar_t* __restrict__ key,           // [num_tokens, num_kv_heads * head_size] (row stride k_stride)
+    const float* __restrict__ cos_sin_cache,  // [max_position, rot_dim]: cos | sin
+    int64_t q_stride, int64_t k_stride, int rot_dim, int head_size, int num_heads,
+    int num_kv_heads, int max_position) {
+  using vec_t = Vec<scalar_t, VEC>;
+  const int64_t t = blockIdx.x;
+  const int64_t pos = static_cast<int64_t>(positions[t]);
+  CUDA_KERNEL_ASSERT(pos >= 0 && pos < max_position);
+  const int half = rot_dim / 2;
+  const float* cos_row = cos_sin_cache + pos * rot_dim;
+  const int chunks = half / VEC;  // items per head
+  const int q_items = num_heads * chunks;
+  const int items = (num_heads + num_kv_heads) * chunks;
+  for (int i = threadIdx.x; i < items; i += blockDim.x) {
+    const bool is_q = i < q_items;
+    const int j = is_q ? i : i - q_items;
+    const int head = j / chunks, c = (j - head * chunks) * VEC;
+    scalar_t* x = (is_q ? query + t * q_stride : key + t * k_stride) + head * head_size + c;
+    float cos[VEC], sin[VEC];
+    load_floats<VEC>(cos_row + c, cos);
+    load_floats<VEC>(cos_row + half + c, sin);
+    vec_t a = *reinterpret_cast<const vec_t*>(x);
+    vec_t b = *reinterpret_cast<const vec_t*>(x + half);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      const float x1 = static_cast<float>(a.v[k]), x2 = static_cast<float>(b.v[k]);
+      a.v[k] = round_to<scalar_t>(x1 * cos[k] - x2 * sin[k]);
+      b.v[k] = round_to<scalar_t>(x2 * cos[k] + x1 * sin[k]);
+    }
+    *reinterpret_cast<vec_t*>(x) = a;
+    *reinterpret_cast<vec_t*>(x + half) = b;
+  }
+}
+
+void rotary_embedding_cuda(const at::Tensor& positions, at::Tensor& query, at::Tensor& key,
+                           int64_t head_size, const at::Tensor& cos_sin_cache, bool is_neox) {
+  const int64_t rot_dim =
+      check_rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox);
+  const int64_t num_tokens = query.size(0);
+  if (num_tokens == 0) return;
+  const c10::cuda::CUDAGuard guard(query.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const int half = static_cast<int>(rot_dim / 2);
+  const int num_heads = static_cast<int>(query.size(1) / head_size);
+  const int num_kv_heads = static_cast<int>(key.size(1) / head_size);
+  VGRAPH_DISPATCH_FLOAT_TYPES(query.scalar_type(), "rotary_embedding_cuda", [&] {
+    constexpr int kVec = 16 / sizeof(scalar_t);  // 4 or 8: whole float4s of cos/sin
+    const bool vectorized = half % kVec == 0 && head_size % kVec == 0 &&
+                            query.stride(0) % kVec == 0 && key.stride(0) % kVec == 0 &&
+                            aligned16(query.data_ptr()) && aligned16(key.data_ptr()) &&
+                            aligned16(cos_sin_cache.data_ptr());
+    auto launch = [&](auto kernel, int vec, auto* pos) {
+      const int64_t items = (num_heads + num_kv_heads) * (half / vec);
+      kernel<<<num_tokens, threads_for(items, 512), 0, stream>>>(
+          pos, query.data_ptr<scalar_t>(), key.data_ptr<scalar_t>(),
+          cos_sin_cache.data_ptr<float>(), query.stride(0), key.stride(0),
+          static_cast<int>(rot_dim), static_cast<int>(head_size), num_heads, num_kv_heads,
+          static_cast<int>(cos_sin_cache.size(0)));
+    };
+    auto dispatch_vec = [&](auto* pos) {
+      using pos_t = std::remove_const_t<std::remove_pointer_t<decltype(pos)>>;
+      if (vectorized) {
+        launch(rotary_embedding_kernel<scalar_t, pos_t, kVec>, kVec, pos);
+      } else {
+        launch(rotary_embedding_kernel<scalar_t, pos_t, 1>, 1, pos);
+      }
+    };
+    if (positions.scalar_type() == at::kLong) {
+      dispatch_vec(positions.data_ptr<int64_t>());
+    } else {
+      dispatch_vec(positions.data_ptr<int32_t>());
+    }
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// ---- silu_and_mul -----------------------------------------------------------------------------
+// out = silu(gate).to(dtype) * up, rounded where F.silu(gate) * up rounds (matches HF's bf16).
+template <typename scalar_t, int VEC>
+__global__ void silu_and_mul_kernel(
+    scalar_t* __restrict__ out,          // [num_tokens, d] (row stride out_stride)
+    const scalar_t* __restrict__ input,  // [num_tokens, 2 * d]: gate | up (row stride in_stride)
+    int64_t out_stride, int64_t in_stride, int d) {
+  using vec_t = Vec<scalar_t, VEC>;
+  const int64_t t = blockIdx.x;
+  const vec_t* gate = reinterpret_cast<const vec_t*>(input + t * in_stride);
+  const vec_t* up = reinterpret_cast<const vec_t*>(input + t * in_stride + d);
+  vec_t* o_row = reinterpret_cast<vec_t*>(out + t * out_stride);
+  for (int i = threadIdx.x; i < d / VEC; i += blockDim.x) {
+    const vec_t g = gate[i], u = up[i];
+    vec_t y;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      const float x = static_cast<float>(g.v[k]);
+      const float act = static_cast<float>(round_to<scalar_t>(x / (1.f + expf(-x))));
+      y.v[k] = round_to<scalar_t>(act * static_cast<float>(u.v[k]));
+    }
+    o_row[i] = y;
+  }
+}
+
+void silu_and_mul_cuda(at::Tensor& out, const at::Tensor& input) {
+  check_silu_and_mul(out, input);
+  const int64_t num_tokens = input.size(0);
+  if (num_tokens == 0) return;
+  const c10::cuda::CUDAGuard guard(input.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const int d = static_cast<int>(input.size(1) / 2);
+  VGRAPH_DISPATCH_FLOAT_TYPES(input.scalar_type(), "silu_and_mul_cuda", [&] {
+    constexpr int kVec = 16 / sizeof(scalar_t);
+    const bool vectorized = d % kVec == 0 && input.stride(0) % kVec == 0 &&
+                            out.stride(0) % kVec == 0 && aligned16(input.data_ptr()) &&
+                            aligned16(out.data_ptr());
+    auto launch = [&](auto kernel, int vec) {
+      kernel<<<num_tokens, threads_for(d / vec, 1024), 0, stream>>>(
+          out.data_ptr<scalar_t>(), input.data_ptr<scalar_t>(), out.stride(0), input.stride(0), d);
+    };
+    if (vectorized) {
+      launch(silu_and_mul_kernel<scalar_t, kVec>, kVec);
+    } else {
+      launch(silu_and_mul_kernel<scalar_t, 1>, 1);
+    }
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+}  // namespace
+}  // namespace vgraph
+
+TORCH_LIBRARY_IMPL(vgraph_C, CUDA, m) {
+  m.impl("rms_norm", &vgraph::rms_norm_cuda);
+  m.impl("fused_add_rms_norm", &vgraph::fused_add_rms_norm_cuda);
+  m.impl("rotary_embedding", &vgraph::rotary_embedding_cuda);
+  m.impl("silu_and_mul", &vgraph::silu_and_mul_cuda);
+}
