@@ -21,5 +21,5 @@ for model in SmolLM2-135M Llama-3.2-1B; do
 done
 step profile_smollm2 timeout 60 python3 tools/profile_step.py --model SmolLM2-135M --batch 1 \
   --out "$out/profile_SmolLM2-135M_b1.json"
-step kernel_bench python3 benchmarks/bench_paged_attention.py --batches 1 8 32 128 \
+[ -n "${SKIP_KERNEL_BENCH:-}" ] || step kernel_bench python3 benchmarks/bench_paged_attention.py --batches 1 8 32 128 \
   --contexts 512 2048 8192 --out "$out/paged_attention.json"
