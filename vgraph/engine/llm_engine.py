@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vgraph.config import VGraphConfig
-from vgraph.engine.client import EngineCoreClient, InprocClient
+from vgraph.engine.client import EngineCoreClient, make_client
 from vgraph.engine.input_processor import InputProcessor, PromptType
 from vgraph.engine.output_processor import OutputKind, OutputProcessor
 from vgraph.outputs import RequestOutput
@@ -12,13 +12,19 @@ from vgraph.tokenizer import eos_token_ids, load_tokenizer
 
 
 class LLMEngine:
-    def __init__(self, config: VGraphConfig, client: EngineCoreClient | None = None) -> None:
+    def __init__(
+        self,
+        config: VGraphConfig,
+        client: EngineCoreClient | None = None,
+        multiprocess: bool | None = None,
+    ) -> None:
+        """multiprocess: engine core in its own process (default, see make_client) or here."""
         self.config = config
         self.tokenizer = load_tokenizer(config.model_config)
         eos = eos_token_ids(config.model_config, self.tokenizer)
         self.processor = InputProcessor(config.model_config, self.tokenizer, eos)
         self.output_processor = OutputProcessor(self.tokenizer)
-        self.client = client or InprocClient(config)
+        self.client = client or make_client(config, multiprocess)
 
     def add_request(
         self,

@@ -71,3 +71,26 @@ class UtilityOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     call_id: int
     result: str | int | float | bool | dict | list | None = None
     error: str | None = None
+
+
+class EngineCoreOutputType(enum.IntEnum):
+    """Leading frame of every message from the engine core to the frontend."""
+
+    OUTPUTS = 0  # EngineCoreOutputs of one step (or a stats-only update)
+    UTILITY = 1  # UtilityOutput
+    READY = 2  # EngineCoreReady: start-up finished, the core accepts requests
+    STARTUP_ERROR = 3  # EngineCoreFailure: start-up failed; the process exits non-zero
+    DEAD = 4  # EngineCoreFailure: the busy loop raised; the process exits non-zero
+
+
+class EngineCoreReady(msgspec.Struct, array_like=True):
+    num_kv_blocks: int
+    block_size: int
+    max_model_len: int
+    vocab_size: int
+
+
+class EngineCoreFailure(msgspec.Struct, array_like=True):
+    error_type: str  # the exception's class name ("ValueError" is a user's mistake)
+    message: str
+    traceback: str = ""

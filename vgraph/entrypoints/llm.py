@@ -21,13 +21,20 @@ class LLM:
     """An engine for offline generation. `LLM()` loads the built-in default model.
 
     Keyword arguments are those of VGraphConfig.create (dtype, max_model_len, load_format,
-    attention_backend, block_size, max_num_seqs, max_num_batched_tokens, ...).
+    attention_backend, block_size, max_num_seqs, max_num_batched_tokens, ...). The engine core
+    runs in its own process unless multiprocess=False (or VGRAPH_ENABLE_MULTIPROCESSING=0).
     """
 
-    def __init__(self, model: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, model: str | None = None, multiprocess: bool | None = None, **kwargs: Any
+    ) -> None:
         self.config = VGraphConfig.create(model, **kwargs)
-        self.engine = LLMEngine(self.config)
+        self.engine = LLMEngine(self.config, multiprocess=multiprocess)
         self._ids = itertools.count()
+
+    def shutdown(self) -> None:
+        """Stop the engine core (its process, if any). Also done at exit."""
+        self.engine.shutdown()
 
     @property
     def tokenizer(self) -> Any:

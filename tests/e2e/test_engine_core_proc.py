@@ -1,0 +1,319 @@
+"""The engine core process: msgspec wire format, LLM through the process, per-request errors,
+start-up errors, engine death (EngineDeadError, sync and async), aborts freeing blocks, cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+import pytest
+import zmq
+
+from tests.e2e.serve_utils import pid_alive, wait_until
+from tests.tiny_models import make_tiny_model
+from vgraph import LLM, SamplingParams
+from vgraph.config import VGraphConfig
+from vgraph.engine.async_llm import AsyncLLM
+from vgraph.engine.client import EngineDeadError, InprocClient, MPClient
+from vgraph.engine.core_proc import ENCODER, EngineCoreProc
+from vgraph.engine.protocol import (
+    EngineCoreOutput,
+    EngineCoreOutputs,
+    EngineCoreOutputType,
+    EngineCoreRequest,
+    EngineCoreRequestType,
+    SchedulerStats,
+    TokenLogprobs,
+)
+
+KW = {"max_model_len": 256, "num_gpu_blocks_override": 256}
+PROMPTS = [[5, 6, 7, 8], [100, 200, 300], [42] * 20]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OMP_NUM_THREADS", "1")  # read by each spawned core at its torch import
+        yield
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(make_tiny_model("llama", tmp_path_factory.mktemp("tiny-core-proc")))
+
+
+@pytest.fixture(scope="module")
+def mp_llm(model_dir: str) -> Iterator[LLM]:
+    llm = LLM(model_dir, **KW)
+    yield llm
+    llm.shutdown()
+
+
+def greedy(n: int = 6) -> SamplingParams:
+    return SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
+
+
+def test_wire_format_round_trip() -> None:
+    req = EngineCoreRequest("r1", [1, 2, 3], SamplingParams(temperature=0.5, stop=["x"],
+                            logprobs=2, seed=3), [2], 12.5)
+    assert msgspec.msgpack.decode(ENCODER.encode(req), type=EngineCoreRequest) == req
+    outs = EngineCoreOutputs(
+        [EngineCoreOutput("r1", [9], [TokenLogprobs([9, 8], [-0.1, -2.0], 1)], "stop", "x")],
+        SchedulerStats(num_running=1, kv_cache_usage=0.5, counters={"steps_FULL": 3.0}), 1.0)
+    assert msgspec.msgpack.decode(ENCODER.encode(outs), type=EngineCoreOutputs) == outs
+    bad = ENCODER.encode(["r2", [1], {"top_p": 0.0}, [2], 0.0])  # validated on decode
+    with pytest.raises(msgspec.ValidationError, match="top_p"):
+        msgspec.msgpack.decode(bad, type=EngineCoreRequest)
+
+
+def test_llm_uses_the_process_and_matches_inproc(mp_llm: LLM, model_dir: str) -> None:
+    client = mp_llm.engine.client
+    assert isinstance(client, MPClient) and client.proc.is_alive()
+    ipc_dir = Path(client.resources.ipc_dir)
+    assert stat.S_IMODE(ipc_dir.stat().st_mode) == 0o700
+    assert {p.name for p in ipc_dir.iterdir()} == {"handshake.sock", "input.sock", "output.sock"}
+    got = [o.outputs[0].token_ids for o in mp_llm.generate(PROMPTS, greedy(), use_tqdm=False)]
+    ref_llm = LLM(model_dir, multiprocess=False, **KW)
+    assert isinstance(ref_llm.engine.client, InprocClient)
+    ref = [o.outputs[0].token_ids for o in ref_llm.generate(PROMPTS, greedy(), use_tqdm=False)]
+    assert got == ref and all(len(t) == 6 for t in got)
+    assert client.call_utility("ping") == "pong"
+    stats = client.call_utility("get_stats")
+    assert stats["num_running"] == 0 and stats["kv_cache_usage"] == 0.0
+
+
+def test_env_switch_runs_in_process(model_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VGRAPH_ENABLE_MULTIPROCESSING", "0")
+    assert isinstance(LLM(model_dir, **KW).engine.client, InprocClient)
+
+
+def test_bad_request_ends_only_itself(mp_llm: LLM) -> None:
+    client = mp_llm.engine.client
+    client.add_request(EngineCoreRequest("bad", [10**6], greedy(), [2]))  # out of vocabulary
+    client.input_socket.send_multipart([bytes([EngineCoreRequestType.ADD]), b"\x93garbage"])
+    client.input_socket.send_multipart([bytes([EngineCoreRequestType.ADD]),
+                                        ENCODER.encode(["bad2", [1], {"n": 0}, [], 0.0])])
+    errors = {}
+    while len(errors) < 2:
+        for out in client.get_output().outputs:
+            errors[out.request_id] = out
+    assert errors["bad"].finish_reason == "error" and "vocabulary" in errors["bad"].error
+    assert errors["bad2"].finish_reason == "error" and "SamplingParams.n" in errors["bad2"].error
+    out = mp_llm.generate([[1, 2, 3]], greedy(3), use_tqdm=False)[0]  # still serving
+    assert len(out.outputs[0].token_ids) == 3 and out.error is None
+
+
+def test_startup_error_is_raised_with_its_message(model_dir: str) -> None:
+    with pytest.raises(ValueError, match="no memory is left for the KV cache"):
+        LLM(model_dir, max_model_len=256, cpu_kv_cache_bytes=1)
+
+
+def test_engine_death_raises_engine_dead_error(model_dir: str) -> None:
+    llm = LLM(model_dir, **KW)
+    engine, client = llm.engine, llm.engine.client
+    engine.add_request("a", [1, 2, 3], SamplingParams(temperature=0, max_tokens=200,
+                                                       ignore_eos=True))
+    assert engine.step() is not None  # generating
+    ipc_dir = client.resources.ipc_dir
+    os.kill(client.proc.pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    with pytest.raises(EngineDeadError):
+        while True:
+            engine.step()
+    assert time.monotonic() - t0 < 5
+    with pytest.raises(EngineDeadError):
+        llm.generate([[1, 2]], greedy(), use_tqdm=False)
+    llm.shutdown()
+    assert not Path(ipc_dir).exists()
+
+
+def test_tcp_transport(model_dir: str) -> None:
+    client = MPClient(VGraphConfig.create(model_dir, **KW), transport="tcp")
+    try:
+        endpoint = client.input_socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        assert endpoint.startswith("tcp://127.0.0.1:") and client.resources.ipc_dir is None
+        assert client.call_utility("ping") == "pong"
+    finally:
+        client.shutdown()
+    assert client.proc.exitcode == 0
+
+
+class FakeCore:
+    """Just enough of EngineCore for the busy loop; step() fails on demand."""
+
+    def __init__(self) -> None:
+        self.waiting: list[str] = []
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.waiting)
+
+    def add_request(self, req: EngineCoreRequest) -> None:
+        if req.request_id == "refuse":
+            raise ValueError("refused")
+        self.waiting.append(req.request_id)
+
+    def abort_requests(self, ids: list[str]) -> None:
+        self.waiting = [r for r in self.waiting if r not in ids]
+
+    def stats(self) -> SchedulerStats:
+        return SchedulerStats(num_waiting=len(self.waiting))
+
+    def step(self) -> EngineCoreOutputs:
+        raise RuntimeError("the step broke")
+
+
+def test_busy_loop_reports_errors_and_death() -> None:
+    ctx = zmq.Context()
+    front_in, core_in = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
+    core_out, front_out = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
+    core_in.bind("inproc://in")
+    front_in.connect("inproc://in")
+    front_out.bind("inproc://out")
+    core_out.connect("inproc://out")
+    proc = EngineCoreProc(FakeCore(), core_in, core_out)
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(proc.run()))
+    thread.start()
+
+    def send(kind: EngineCoreRequestType, msg: object) -> None:
+        front_in.send_multipart([bytes([kind]), ENCODER.encode(msg)])
+
+    send(EngineCoreRequestType.ADD, EngineCoreRequest("refuse", [1], greedy(), []))
+    kind, payload = front_out.recv_multipart()
+    out = msgspec.msgpack.decode(payload, type=EngineCoreOutputs).outputs[0]
+    assert (out.request_id, out.finish_reason, out.error) == ("refuse", "error", "refused")
+    send(EngineCoreRequestType.ADD, EngineCoreRequest("ok", [1], greedy(), []))
+    kind, payload = front_out.recv_multipart()  # the step raised: a death notice, exit code 1
+    assert kind[0] == EngineCoreOutputType.DEAD and b"the step broke" in payload
+    thread.join(10)
+    assert result == [1]
+    ctx.destroy(linger=0)
+
+
+def test_async_llm_abort_frees_blocks_and_death(model_dir: str) -> None:
+    async def scenario() -> None:
+        engine = AsyncLLM(VGraphConfig.create(model_dir, **KW))
+        try:
+            params = SamplingParams(temperature=0, max_tokens=200, ignore_eos=True)
+            gen = engine.generate([1, 2, 3], params, "r")
+            assert (await gen.__anext__()).outputs[0].token_ids
+            await gen.aclose()  # the consumer went away: abort in the core
+            for _ in range(200):
+                stats = await engine.call_utility("get_stats")
+                if stats["num_running"] == 0 and stats["kv_cache_usage"] == 0.0:
+                    break
+                await asyncio.sleep(0.05)
+            assert stats["num_running"] == 0 and stats["kv_cache_usage"] == 0.0
+            gens = [engine.generate([1, 2, i + 3], params, f"d{i}") for i in range(3)]
+            for g in gens:
+                await g.__anext__()
+            os.kill(engine.client.proc.pid, signal.SIGKILL)
+            t0 = time.monotonic()
+            for g in gens:
+                with pytest.raises(EngineDeadError):
+                    async for _ in g:
+                        pass
+            assert time.monotonic() - t0 < 5 and engine.is_dead
+            with pytest.raises(EngineDeadError):
+                await engine.generate([1], params, "late").__anext__()
+        finally:
+            engine.shutdown()
+
+    asyncio.run(scenario())
+
+
+class FakeAsyncClient:
+    """The AsyncMPClient interface over a scripted core: every request gets one token a step."""
+
+    def __init__(self) -> None:
+        self.live: dict[str, int] = {}
+        self.aborted: list[str] = []
+
+    def add_request(self, req: EngineCoreRequest) -> None:
+        self.live[req.request_id] = req.sampling_params.max_tokens
+
+    def abort_requests(self, ids: list[str]) -> None:
+        self.aborted += ids
+        for rid in ids:
+            self.live.pop(rid, None)
+
+    async def get_output_async(self) -> EngineCoreOutputs:
+        while not self.live:
+            await asyncio.sleep(0.001)
+        outs = []
+        for rid in list(self.live):
+            self.live[rid] -= 1
+            done = self.live[rid] == 0
+            outs.append(EngineCoreOutput(rid, [7], finish_reason="length" if done else None))
+            if done:
+                del self.live[rid]
+        return EngineCoreOutputs(outs, SchedulerStats(num_running=len(self.live)))
+
+    def shutdown(self) -> None:
+        pass
+
+
+def test_output_processing_failure_ends_only_its_request(model_dir: str) -> None:
+    async def scenario() -> None:
+        client = FakeAsyncClient()
+        engine = AsyncLLM(VGraphConfig.create(model_dir, **KW), client=client)
+        update = engine.output_processor._update_child
+
+        def flaky(child, out):  # a detokenizer that breaks on one request
+            if child.request_id == "boom":
+                raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad byte")
+            return update(child, out)
+
+        engine.output_processor._update_child = flaky
+        params = SamplingParams(temperature=0, max_tokens=5)
+
+        async def collect(rid: str) -> list[int]:
+            return [t for o in [o async for o in engine.generate([1, 2], params, rid)]
+                    for c in o.outputs for t in c.token_ids]
+
+        boom, fine = await asyncio.gather(collect("boom"), collect("fine"),
+                                          return_exceptions=True)
+        assert isinstance(boom, RuntimeError) and "output processing failed" in str(boom)
+        assert fine == [7] * 5
+        assert client.aborted == ["boom"] and not engine.is_dead
+        engine.shutdown()
+
+    asyncio.run(scenario())
+
+
+ORPHAN_SCRIPT = """
+import sys, time
+from vgraph.config import VGraphConfig
+from vgraph.engine.client import MPClient
+if __name__ == "__main__":
+    client = MPClient(VGraphConfig.create(sys.argv[1], max_model_len=256,
+                                          num_gpu_blocks_override=64))
+    print(client.proc.pid, client.resources.ipc_dir, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_core_exits_when_its_frontend_is_killed(model_dir: str, tmp_path: Path) -> None:
+    script = tmp_path / "frontend.py"
+    script.write_text(ORPHAN_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    front = subprocess.Popen([sys.executable, str(script), model_dir], stdout=subprocess.PIPE,
+                             text=True, env=env)
+    try:
+        core_pid, ipc_dir = front.stdout.readline().split()
+        os.kill(front.pid, signal.SIGKILL)  # no shutdown message, no cleanup by the frontend
+        front.wait()
+        wait_until(lambda: not pid_alive(int(core_pid)), 15, "the orphaned core to exit")
+        assert not Path(ipc_dir).exists()
+    finally:
+        front.kill()
+        front.wait()

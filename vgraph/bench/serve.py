@@ -1,0 +1,176 @@
+"""`vgraph bench serve`: drive a running server with random prompts; print vLLM's serving table.
+
+N prompts of --input-len random token ids each go to /v1/completions as streaming requests
+(max_tokens --output-len, ignore_eos by default, greedy), either at --request-rate requests per
+second (Poisson arrivals; inf = all at once) and/or capped at --max-concurrency in flight. Per
+request it times the first token (TTFT), the gaps between streamed tokens (ITL), the time per
+output token after the first (TPOT) and the whole request (E2E); token counts come from the
+stream's usage. Prints the table and writes the numbers as JSON (--result-file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import httpx
+
+
+def add_cli_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--base-url", default="http://127.0.0.1:8000", help="server to drive")
+    p.add_argument("--endpoint", default="/v1/completions")
+    p.add_argument("--model", default=None, help="model name (default: the server's first)")
+    p.add_argument("--api-key", default=os.environ.get("VGRAPH_API_KEY"))
+    p.add_argument("--num-prompts", type=int, default=100)
+    p.add_argument("--input-len", type=int, default=128, help="prompt length in tokens")
+    p.add_argument("--output-len", type=int, default=128, help="max_tokens of each request")
+    p.add_argument("--vocab-size", type=int, default=512,
+                   help="prompt token ids are drawn from [0, vocab-size)")
+    p.add_argument("--request-rate", type=float, default=float("inf"),
+                   help="requests per second, Poisson arrivals (default: inf, all at once)")
+    p.add_argument("--max-concurrency", type=int, default=None, help="most requests in flight")
+    p.add_argument("--ignore-eos", action=argparse.BooleanOptionalAction, default=True,
+                   help="generate exactly --output-len tokens (default: on)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--result-file", default="vgraph-bench-serve.json", help="JSON output path")
+    return p
+
+
+@dataclass
+class RequestResult:
+    success: bool = False
+    error: str = ""
+    prompt_len: int = 0
+    output_tokens: int = 0
+    ttft: float = 0.0  # seconds
+    e2e: float = 0.0
+    itl: list[float] = field(default_factory=list)
+
+
+async def send_request(client: httpx.AsyncClient, url: str, body: dict[str, Any],
+                       prompt_len: int) -> RequestResult:
+    res = RequestResult(prompt_len=prompt_len)
+    start = last = time.perf_counter()
+    try:
+        async with client.stream("POST", url, json=body) as resp:
+            if resp.status_code != 200:
+                res.error = f"HTTP {resp.status_code}: {(await resp.aread())[:200]!r}"
+                return res
+            async for line in resp.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[len("data: "):])
+                if "error" in chunk:
+                    res.error = chunk["error"].get("message", "error")
+                    return res
+                now = time.perf_counter()
+                if chunk.get("choices"):
+                    if res.ttft == 0.0:
+                        res.ttft = now - start
+                    else:
+                        res.itl.append(now - last)
+                    last = now
+                if chunk.get("usage"):
+                    res.output_tokens = chunk["usage"]["completion_tokens"]
+        res.e2e = time.perf_counter() - start
+        res.success = True
+    except (httpx.HTTPError, ValueError) as e:
+        res.error = f"{type(e).__name__}: {e}"
+    return res
+
+
+async def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
+    rng = random.Random(args.seed)
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(base_url=args.base_url, headers=headers, timeout=None,
+                                 limits=limits) as client:
+        model = args.model
+        if model is None:
+            model = (await client.get("/v1/models")).json()["data"][0]["id"]
+        gate = asyncio.Semaphore(args.max_concurrency or args.num_prompts or 1)
+
+        async def one(prompt: list[int]) -> RequestResult:
+            body = {"model": model, "prompt": prompt, "max_tokens": args.output_len,
+                    "temperature": 0.0, "ignore_eos": args.ignore_eos, "stream": True,
+                    "stream_options": {"include_usage": True}}
+            async with gate:
+                return await send_request(client, args.endpoint, body, len(prompt))
+
+        tasks = []
+        start = time.perf_counter()
+        for _ in range(args.num_prompts):
+            prompt = [rng.randrange(args.vocab_size) for _ in range(args.input_len)]
+            tasks.append(asyncio.create_task(one(prompt)))
+            if args.request_rate != float("inf"):
+                await asyncio.sleep(rng.expovariate(args.request_rate))
+        results = await asyncio.gather(*tasks)
+        duration = time.perf_counter() - start
+    return summarize(args, model, results, duration)
+
+
+def summarize(args: argparse.Namespace, model: str, results: list[RequestResult],
+              duration: float) -> dict[str, Any]:
+    ok = [r for r in results if r.success]
+    total_in = sum(r.prompt_len for r in ok)
+    total_out = sum(r.output_tokens for r in ok)
+    report: dict[str, Any] = {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "model": model,
+        "base_url": args.base_url, "num_prompts": args.num_prompts, "input_len": args.input_len,
+        "output_len": args.output_len, "request_rate": str(args.request_rate),
+        "max_concurrency": args.max_concurrency, "completed": len(ok),
+        "failed": len(results) - len(ok), "errors": sorted({r.error for r in results if r.error}),
+        "duration": duration, "total_input_tokens": total_in, "total_output_tokens": total_out,
+        "request_throughput": len(ok) / duration,
+        "output_throughput": total_out / duration,
+        "total_token_throughput": (total_in + total_out) / duration,
+    }
+    tpots = [(r.e2e - r.ttft) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1]
+    series = {"ttft": [r.ttft for r in ok], "tpot": tpots,
+              "itl": [x for r in ok for x in r.itl], "e2el": [r.e2e for r in ok]}
+    for name, values in series.items():
+        ms = sorted(v * 1000 for v in values) or [0.0]
+        report[f"mean_{name}_ms"] = statistics.fmean(ms)
+        report[f"median_{name}_ms"] = statistics.median(ms)
+        report[f"p99_{name}_ms"] = ms[min(len(ms) - 1, int(0.99 * len(ms)))]
+    report["requests"] = [asdict(r) | {"itl": None} for r in results]
+    return report
+
+
+def print_table(r: dict[str, Any]) -> None:
+    print("{s:{c}^50}".format(s=" Serving Benchmark Result ", c="="))
+    rows = [("Successful requests:", r["completed"]), ("Failed requests:", r["failed"]),
+            ("Benchmark duration (s):", r["duration"]),
+            ("Total input tokens:", r["total_input_tokens"]),
+            ("Total generated tokens:", r["total_output_tokens"]),
+            ("Request throughput (req/s):", r["request_throughput"]),
+            ("Output token throughput (tok/s):", r["output_throughput"]),
+            ("Total Token throughput (tok/s):", r["total_token_throughput"])]
+    for label, value in rows:
+        print(f"{label:<40}{value:<10.2f}" if isinstance(value, float) else f"{label:<40}{value}")
+    for name, title in (("ttft", "Time to First Token"),
+                        ("tpot", "Time per Output Token (excl. 1st token)"),
+                        ("itl", "Inter-token Latency"), ("e2el", "End-to-end Latency")):
+        print("{s:{c}^50}".format(s=title, c="-"))
+        for stat in ("mean", "median", "p99"):
+            label = f"{stat.capitalize() if stat != 'p99' else 'P99'} {name.upper()} (ms):"
+            print(f"{label:<40}{r[f'{stat}_{name}_ms']:<10.2f}")
+    print("=" * 50)
+
+
+def main(args: argparse.Namespace) -> int:
+    report = asyncio.run(run_benchmark(args))
+    print_table(report)
+    if args.result_file:
+        with open(args.result_file, "w") as f:
+            json.dump(report, f, indent=2)
+        print(f"results written to {args.result_file}")
+    return 0 if report["failed"] == 0 else 1

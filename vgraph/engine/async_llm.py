@@ -1,0 +1,206 @@
+"""AsyncLLM: the asyncio frontend behind `vgraph serve`.
+
+1. generate(): validate and tokenize, fan out n samples, send EngineCoreRequests, then yield
+   delta RequestOutputs from the request's own queue until it finishes.
+2. One output-handler task reads EngineCoreOutputs from the core client, runs the output
+   processor (detokenize, stop strings) one engine output at a time, so a failure there ends only
+   its request, and routes each RequestOutput to its request's queue.
+3. A generator that is closed early (client disconnect, cancellation, an error) aborts its
+   request in the core, which frees its KV blocks.
+4. Engine death (EngineDeadError from the client) is put into every queue; later calls raise it.
+Per step it also builds IterationStats (tokens, TTFT, inter-token and end-to-end latencies) and
+hands them with the core's SchedulerStats to the stat loggers (the server's Prometheus metrics).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from vgraph.config import VGraphConfig
+from vgraph.engine.async_client import AsyncMPClient
+from vgraph.engine.client import EngineDeadError
+from vgraph.engine.input_processor import InputProcessor, PromptType
+from vgraph.engine.output_processor import OutputKind, OutputProcessor
+from vgraph.engine.protocol import SchedulerStats
+from vgraph.outputs import RequestOutput
+from vgraph.sampling_params import SamplingParams
+from vgraph.tokenizer import eos_token_ids, load_tokenizer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class IterationStats:
+    """What the frontend saw in one batch of engine outputs."""
+
+    num_prompt_tokens: int = 0  # of requests that got their first token in this batch
+    num_generation_tokens: int = 0
+    ttfts: list[float] = field(default_factory=list)  # seconds
+    itls: list[float] = field(default_factory=list)
+    e2e_latencies: list[float] = field(default_factory=list)
+    finish_reasons: list[str] = field(default_factory=list)  # one per finished request
+
+
+class StatLogger(Protocol):
+    def record(self, scheduler_stats: SchedulerStats | None, iteration: IterationStats) -> None: ...
+
+
+@dataclass
+class RequestTimes:
+    arrival: float
+    num_prompt_tokens: int
+    first_token: float | None = None
+    last_token: float = 0.0
+
+
+class AsyncLLM:
+    def __init__(self, config: VGraphConfig, client: AsyncMPClient | None = None) -> None:
+        self.config = config
+        self.tokenizer = load_tokenizer(config.model_config)
+        eos = eos_token_ids(config.model_config, self.tokenizer)
+        self.processor = InputProcessor(config.model_config, self.tokenizer, eos)
+        self.output_processor = OutputProcessor(self.tokenizer)
+        self.client = client or AsyncMPClient(config)
+        self.queues: dict[str, asyncio.Queue[RequestOutput | BaseException]] = {}
+        self.times: dict[str, RequestTimes] = {}
+        self.output_handler: asyncio.Task[None] | None = None
+        self.dead_error: EngineDeadError | None = None
+        self.scheduler_stats: SchedulerStats | None = None
+        self.stat_loggers: list[StatLogger] = []
+
+    @property
+    def is_dead(self) -> bool:
+        return self.dead_error is not None
+
+    def tokenize(self, prompt: PromptType) -> tuple[str | None, list[int]]:
+        """(text or None, token ids), validated; raises ValueError on bad input."""
+        return self.processor.tokenize(prompt)
+
+    async def generate(
+        self, prompt: PromptType, params: SamplingParams, request_id: str
+    ) -> AsyncIterator[RequestOutput]:
+        text, ids = self.tokenize(prompt)
+        async for out in self.generate_tokenized(text, ids, params, request_id):
+            yield out
+
+    async def generate_tokenized(
+        self, text: str | None, ids: list[int], params: SamplingParams, request_id: str
+    ) -> AsyncIterator[RequestOutput]:
+        """Delta RequestOutputs of one validated prompt; the last one has finished=True."""
+        if self.dead_error is not None:
+            raise self.dead_error
+        if request_id in self.queues:
+            raise ValueError(f"request_id={request_id!r} is already in use")
+        self.start_output_handler()
+        requests = self.processor.make_requests(request_id, ids, params)
+        queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
+        self.output_processor.add_request(
+            request_id, text, ids, [r.request_id for r in requests],
+            [r.sampling_params for r in requests], OutputKind.DELTA,
+        )
+        self.queues[request_id] = queue
+        self.times[request_id] = RequestTimes(time.monotonic(), len(ids) * len(requests))
+        finished = False
+        try:
+            for r in requests:
+                self.client.add_request(r)
+            while not finished:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                finished = item.finished
+                yield item
+        finally:
+            self.queues.pop(request_id, None)
+            self.times.pop(request_id, None)
+            if not finished:  # cancelled, disconnected or failed: free its blocks in the core
+                self.abort(request_id)
+
+    def abort(self, request_id: str) -> None:
+        children = self.output_processor.child_ids(request_id)
+        self.output_processor.abort(request_id)
+        try:
+            self.client.abort_requests(children)
+        except EngineDeadError:
+            pass
+
+    async def call_utility(self, method: str, *args: Any) -> Any:
+        return await self.client.call_utility_async(method, *args)
+
+    # ---- the output handler -------------------------------------------------------------------
+    def start_output_handler(self) -> None:
+        if self.output_handler is None:
+            self.output_handler = asyncio.get_running_loop().create_task(self._handle_outputs())
+
+    async def _handle_outputs(self) -> None:
+        try:
+            while True:
+                outputs = await self.client.get_output_async()
+                if outputs.scheduler_stats is not None:
+                    self.scheduler_stats = outputs.scheduler_stats
+                iteration = IterationStats()
+                now = time.monotonic()
+                for out in outputs.outputs:
+                    try:
+                        results, to_abort = self.output_processor.process_outputs([out])
+                    except Exception as e:  # e.g. a detokenizer failure
+                        logger.exception("output processing failed for %s", out.request_id)
+                        self._fail_request(out.request_id, e)
+                        continue
+                    self.client.abort_requests(to_abort)
+                    for ro in results:
+                        self._record(ro, iteration, now)
+                        queue = self.queues.get(ro.request_id)
+                        if queue is not None:
+                            queue.put_nowait(ro)
+                for stat_logger in self.stat_loggers:
+                    stat_logger.record(self.scheduler_stats, iteration)
+        except EngineDeadError as e:
+            self._fail_all(e)
+        except Exception as e:  # without the handler no request can finish
+            logger.exception("output handler failed")
+            self._fail_all(EngineDeadError(f"output handler failed: {e}"))
+
+    def _record(self, ro: RequestOutput, it: IterationStats, now: float) -> None:
+        times = self.times.get(ro.request_id)
+        if times is None:
+            return
+        num_new = sum(len(c.token_ids) for c in ro.outputs)
+        if num_new:
+            if times.first_token is None:
+                times.first_token = now
+                it.ttfts.append(now - times.arrival)
+                it.num_prompt_tokens += times.num_prompt_tokens
+            elif now != times.last_token:  # n > 1: the other samples of this step don't count
+                it.itls.append(now - times.last_token)
+            times.last_token = now
+            it.num_generation_tokens += num_new
+        if ro.finished:
+            it.e2e_latencies.append(now - times.arrival)
+            last = ro.outputs[-1].finish_reason if ro.outputs else None
+            it.finish_reasons.append(last or "abort")
+
+    def _fail_request(self, engine_request_id: str, error: Exception) -> None:
+        parent = self.output_processor.child_to_parent.get(engine_request_id)
+        if parent is None:
+            return
+        queue = self.queues.get(parent.request_id)
+        self.abort(parent.request_id)
+        if queue is not None:
+            queue.put_nowait(RuntimeError(f"output processing failed: {error}"))
+
+    def _fail_all(self, error: EngineDeadError) -> None:
+        logger.error("engine is dead: %s", error)
+        self.dead_error = error
+        for queue in self.queues.values():
+            queue.put_nowait(error)
+
+    def shutdown(self) -> None:
+        if self.output_handler is not None:
+            self.output_handler.cancel()
+        self.client.shutdown()

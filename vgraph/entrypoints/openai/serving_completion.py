@@ -1,0 +1,113 @@
+"""POST /v1/completions: prompt(s) -> text_completion (or SSE chunks of it).
+
+A prompt is text, token ids, or a list of either (one engine request per prompt; choice index
+= prompt index * n + sample index). max_tokens defaults to 16, capped to what fits the context.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from vgraph.entrypoints.openai.protocol import APIError, CompletionRequest
+from vgraph.entrypoints.openai.serving_engine import (
+    SSE_DONE,
+    Choice,
+    OpenAIServing,
+    finite,
+    sse,
+    usage,
+)
+from vgraph.outputs import Logprob
+from vgraph.sampling_params import SamplingParams
+
+MAX_PROMPTS = 128
+DEFAULT_MAX_TOKENS = 16
+
+
+class OpenAIServingCompletion(OpenAIServing):
+    async def create_completion(
+        self, req: CompletionRequest
+    ) -> dict[str, Any] | AsyncIterator[str]:
+        """The response body, or (stream=true) an iterator of SSE events. Raises APIError."""
+        self.check_request(req)
+        prompts = prompt_list(req.prompt)
+        tokenized = [self.tokenize(p, "prompt") for p in prompts]
+        params = [self.sampling_params(req, req.max_tokens, len(ids), DEFAULT_MAX_TOKENS,
+                                       req.logprobs) for _, ids in tokenized]
+        head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
+                "created": int(time.time()), "model": self.model_name}
+        if req.stream:
+            return self.stream(req, tokenized, params, head)
+        choices: dict[int, Choice] = {}
+        async for i, out in self.generate_all(tokenized, params, head["id"]):
+            for comp in out.outputs:
+                index = i * req.n + comp.index
+                self.update_choice(choices.setdefault(index, Choice(index)), comp)
+        body = []
+        for c in sorted(choices.values(), key=lambda c: c.index):
+            lp = None if req.logprobs is None else logprobs_block(c.token_ids, c.logprobs, 0)
+            body.append({"index": c.index, "text": c.text, "logprobs": lp,
+                         "finish_reason": c.finish_reason, "stop_reason": c.stop_reason})
+        num_completion = sum(len(c.token_ids) for c in choices.values())
+        return {**head, "choices": body,
+                "usage": usage(sum(len(ids) for _, ids in tokenized), num_completion)}
+
+    async def stream(
+        self, req: CompletionRequest, tokenized: list[tuple[str | None, list[int]]],
+        params: list[SamplingParams], head: dict[str, Any],
+    ) -> AsyncIterator[str]:
+        opts = req.stream_options
+        num_prompt = sum(len(ids) for _, ids in tokenized)
+        num_completion = 0
+        text_len: dict[int, int] = {}
+        try:
+            async for i, out in self.generate_all(tokenized, params, head["id"]):
+                for comp in out.outputs:
+                    index = i * req.n + comp.index
+                    num_completion += len(comp.token_ids)
+                    offset = text_len.get(index, 0)
+                    text_len[index] = offset + len(comp.text)
+                    lp = None
+                    if req.logprobs is not None:
+                        lp = logprobs_block(comp.token_ids, comp.logprobs or [], offset)
+                    chunk = {**head, "choices": [{
+                        "index": index, "text": comp.text, "logprobs": lp,
+                        "finish_reason": comp.finish_reason, "stop_reason": comp.stop_reason}]}
+                    if opts is not None and opts.continuous_usage_stats:
+                        chunk["usage"] = usage(num_prompt, num_completion)
+                    yield sse(chunk)
+            if opts is not None and opts.include_usage:
+                yield sse({**head, "choices": [], "usage": usage(num_prompt, num_completion)})
+        except APIError as e:
+            yield sse(e.body())
+        yield SSE_DONE
+
+
+def prompt_list(prompt: str | list[int] | list[str] | list[list[int]]) -> list[str | list[int]]:
+    """One prompt or a batch -> list of prompts (text or token ids)."""
+    if isinstance(prompt, str) or not prompt or isinstance(prompt[0], int):
+        return [prompt]
+    if len(prompt) > MAX_PROMPTS:
+        raise APIError(f"prompt is a batch of {len(prompt)} prompts; at most {MAX_PROMPTS} are "
+                       f"allowed per request", param="prompt")
+    return list(prompt)
+
+
+def logprobs_block(
+    token_ids: list[int], logprobs: list[dict[int, Logprob]], text_offset: int
+) -> dict[str, list[Any]]:
+    """The legacy completions logprobs object for these tokens."""
+    tokens, token_logprobs, top, offsets = [], [], [], []
+    for tid, entries in zip(token_ids, logprobs):
+        sampled = entries.get(tid)
+        text = (sampled.decoded_token if sampled else None) or ""
+        tokens.append(text)
+        token_logprobs.append(finite(sampled.logprob) if sampled else None)
+        top.append({(lp.decoded_token or ""): finite(lp.logprob) for lp in entries.values()})
+        offsets.append(text_offset)
+        text_offset += len(text)
+    return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top,
+            "text_offset": offsets}

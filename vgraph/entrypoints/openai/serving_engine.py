@@ -1,0 +1,158 @@
+"""What the completion and chat handlers share: checks, prompt limits, choice bookkeeping, SSE.
+
+OpenAIServing turns a user's mistake into an APIError (400/404), engine death into 503, and runs
+one engine generator per prompt, merged, closing them all (which aborts unfinished requests in
+the core) however the handler ends. It must not know about HTTP routing or auth (server.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any
+
+from vgraph.engine.async_llm import AsyncLLM
+from vgraph.engine.client import EngineDeadError
+from vgraph.engine.input_processor import PromptType
+from vgraph.entrypoints.openai.protocol import APIError, SamplingRequest
+from vgraph.outputs import Logprob, RequestOutput
+from vgraph.sampling_params import SamplingParams
+
+SSE_DONE = "data: [DONE]\n\n"
+_DONE = object()
+
+
+def sse(data: dict[str, Any]) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def finite(x: float) -> float:
+    """JSON has no -inf: a logprob of -inf is reported as -9999.0 (as vLLM does)."""
+    return x if math.isfinite(x) else -9999.0
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+@dataclass
+class Choice:
+    """One output choice (prompt i, sample j) as it accumulates."""
+
+    index: int
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[dict[int, Logprob]] = field(default_factory=list)
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+
+class OpenAIServing:
+    def __init__(self, engine: AsyncLLM, model_name: str) -> None:
+        self.engine = engine
+        self.model_name = model_name
+        self.max_model_len = engine.config.model_config.max_model_len
+
+    def check_request(self, req: SamplingRequest) -> None:
+        if req.model is not None and req.model != self.model_name:
+            raise APIError(f"The model `{req.model}` does not exist; this server serves "
+                           f"`{self.model_name}`", 404, "model", "model_not_found")
+        req.check_unsupported()
+        if self.engine.is_dead:
+            raise APIError(f"the engine is dead: {self.engine.dead_error}", 503,
+                           code="engine_dead")
+
+    def tokenize(self, prompt: PromptType, param: str) -> tuple[str | None, list[int]]:
+        try:
+            text, ids = self.engine.tokenize(prompt)
+        except ValueError as e:
+            raise APIError(str(e), param=param) from None
+        if len(ids) >= self.max_model_len:
+            raise APIError(f"prompt has {len(ids)} tokens, which leaves no room to generate: "
+                           f"this model's maximum context length is {self.max_model_len} tokens",
+                           param=param)
+        return text, ids
+
+    def sampling_params(self, req: SamplingRequest, max_tokens: int | None, prompt_len: int,
+                        default_max: int | None, logprobs: int | None) -> SamplingParams:
+        """max_tokens: as requested (None: default_max, else all that fits)."""
+        room = self.max_model_len - prompt_len
+        if max_tokens is None:
+            max_tokens = room if default_max is None else min(default_max, room)
+        elif prompt_len + max_tokens > self.max_model_len:
+            raise APIError(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, "
+                f"you requested {prompt_len + max_tokens} tokens ({prompt_len} in the prompt, "
+                f"{max_tokens} in the completion). Reduce the prompt or max_tokens.",
+                param="max_tokens")
+        return req.sampling_params(max_tokens, logprobs)
+
+    async def generate_all(
+        self, prompts: list[tuple[str | None, list[int]]], params: list[SamplingParams],
+        request_id: str,
+    ) -> AsyncIterator[tuple[int, RequestOutput]]:
+        """(prompt index, delta output) of every prompt, merged; errors become APIErrors."""
+        gens = [self.engine.generate_tokenized(text, ids, p, f"{request_id}-{i}")
+                for i, ((text, ids), p) in enumerate(zip(prompts, params))]
+        try:
+            async for i, out in merge_async_iterators(gens):
+                if out.error is not None:  # bad input the frontend let through: this request
+                    raise APIError(out.error)
+                yield i, out
+        except EngineDeadError as e:
+            raise APIError(f"the engine is dead: {e}", 503, code="engine_dead") from None
+        except ValueError as e:
+            raise APIError(str(e)) from None
+
+    @staticmethod
+    def update_choice(choice: Choice, comp: Any) -> None:
+        choice.text += comp.text
+        choice.token_ids.extend(comp.token_ids)
+        if comp.logprobs:
+            choice.logprobs.extend(comp.logprobs)
+        if comp.finish_reason is not None:
+            choice.finish_reason, choice.stop_reason = comp.finish_reason, comp.stop_reason
+
+
+async def merge_async_iterators(
+    iterators: list[AsyncIterator[Any]],
+) -> AsyncIterator[tuple[int, Any]]:
+    """Items of all iterators as (iterator index, item), as they come; all are closed at the end
+    (an engine generator aborts its request when closed early)."""
+    if len(iterators) == 1:
+        async with aclosing(iterators[0]) as it:
+            async for item in it:
+                yield 0, item
+        return
+    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+
+    async def drain(i: int, it: AsyncIterator[Any]) -> None:
+        try:
+            async with aclosing(it):
+                async for item in it:
+                    queue.put_nowait((i, item))
+        except Exception as e:  # noqa: BLE001 - handed to the consumer
+            queue.put_nowait((i, e))
+        finally:
+            queue.put_nowait((i, _DONE))
+
+    tasks = [asyncio.create_task(drain(i, it)) for i, it in enumerate(iterators)]
+    try:
+        remaining = len(tasks)
+        while remaining:
+            i, item = await queue.get()
+            if item is _DONE:
+                remaining -= 1
+            elif isinstance(item, Exception):
+                raise item
+            else:
+                yield i, item
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
