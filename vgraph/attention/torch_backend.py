@@ -47,7 +47,10 @@ class TorchAttentionImpl(AttentionImpl):
         num_tokens = query.shape[0]
         write_kv_cache(key, value, kv_cache, metadata.slot_mapping[:num_tokens])
         if metadata.max_query_len == 1:
-            self._decode(query, kv_cache, metadata, output)
+            # PIECEWISE steps pad tokens, not requests: tokens past the requests are pads
+            num_reqs = metadata.seq_lens.shape[0]
+            self._decode(query[:num_reqs], kv_cache, metadata, output[:num_reqs])
+            output[num_reqs:].zero_()
         else:
             self._varlen(query, kv_cache, metadata, output)
 

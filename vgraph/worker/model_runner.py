@@ -197,6 +197,7 @@ class ModelRunner:
             max_seq_len=step.max_seq_len,
             for_capture=for_capture,
         )
+        return common
 
     def execute_forward(
         self,
