@@ -12,14 +12,14 @@ step() { local name=$1; shift; local t0=$SECONDS
   grep -v "it/s]\|graph/s]" "$out/step.tmp" | tail -n 14; rm -f "$out/step.tmp"; }
 
 step ext python3 -m vgraph.ext_build
-step gpu_tests timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu \
-  tests/gpu/test_engine_gpu.py tests/kernels/test_layer_ops.py \
-  "tests/kernels/test_paged_attention.py::test_cuda_graph_replay_follows_new_lengths"
 for model in SmolLM2-135M Llama-3.2-1B; do
-  step "latency_$model" timeout 90 python3 -m vgraph.bench.latency --model "$model" --modes NONE FULL \
+  step "latency_$model" timeout 60 python3 -m vgraph.bench.latency --model "$model" --modes NONE FULL \
     --batch-sizes 1 8 32 128 --num-iters 50 --out "$out/latency_$model.json"
 done
-step profile_smollm2 timeout 60 python3 tools/profile_step.py --model SmolLM2-135M --batch 1 \
+step profile_smollm2 timeout 45 python3 tools/profile_step.py --model SmolLM2-135M --batch 1 \
   --out "$out/profile_SmolLM2-135M_b1.json"
+step gpu_tests timeout ${TEST_TIMEOUT:-300} python3 -m pytest -v -p no:cacheprovider -m gpu \
+  tests/gpu/test_engine_gpu.py tests/kernels/test_layer_ops.py \
+  "tests/kernels/test_paged_attention.py::test_cuda_graph_replay_follows_new_lengths"
 [ -n "${SKIP_KERNEL_BENCH:-}" ] || step kernel_bench python3 benchmarks/bench_paged_attention.py --batches 1 8 32 128 \
   --contexts 512 2048 8192 --out "$out/paged_attention.json"
