@@ -24,6 +24,16 @@ pytestmark = [
 LOGPROB_ATOL = 0.15  # bf16 logits of a tiny random model
 
 
+@pytest.fixture(autouse=True)
+def release_engines():
+    """Engines of earlier tests (kept alive by reference cycles) must not hold GPU memory."""
+    gc.collect()
+    torch.cuda.empty_cache()
+    yield
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
 def prompts(n: int = 4, vocab: int = 512) -> list[list[int]]:
     rng = random.Random(0)
     return [[rng.randrange(vocab) for _ in range(length)] for length in (5, 23, 41, 12)[:n]]
@@ -74,7 +84,7 @@ def test_full_graphs_equal_none_bf16(tiny):
         runner = llm.engine.client.core.runner
         runs[mode] = ([o.outputs[0].token_ids for o in outs], runner.counters(),
                       [o.outputs[0].logprobs for o in outs])
-        del llm
+        del llm, runner, outs
         gc.collect()
         torch.cuda.empty_cache()
     tokens_none = runs["NONE"][0]
