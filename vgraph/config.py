@@ -351,13 +351,13 @@ def resolve_model_path(model: str) -> str:
     path = Path(model).expanduser()
     if path.is_dir():
         return str(path.resolve())
-    shipped = Path(__file__).parent / "models" / "configs" / model
-    if shipped.is_dir():
-        return str(shipped)
+    configs = Path(__file__).parent / "models" / "configs"
+    if not path.is_absolute() and (configs / model).is_dir():
+        return str(configs / model)
     raise ValueError(
         f"model={model!r} is not a folder; pass a Hugging Face checkpoint folder "
         f"(config.json, *.safetensors, tokenizer files) or one of the shipped configs: "
-        f"{sorted(p.name for p in shipped.parent.iterdir() if p.is_dir())}"
+        f"{sorted(p.name for p in configs.iterdir() if p.is_dir())}"
     )
 
 

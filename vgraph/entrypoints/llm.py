@@ -63,7 +63,12 @@ class LLM:
                     f"sampling_params has {len(params)} entries for {len(prompts)} prompts; "
                     f"give one SamplingParams or one per prompt"
                 )
-        # validate everything first so a bad prompt queues nothing
+        # validate everything first so a bad prompt or params entry queues nothing
+        bad = next((p for p in params if not isinstance(p, SamplingParams)), None)
+        if bad is not None:
+            raise ValueError(
+                f"sampling_params entry of type {type(bad).__name__} is not a SamplingParams"
+            )
         tokenized = [self.engine.processor.tokenize(p) for p in prompts]
         ids = []
         for (text, prompt_ids), p in zip(tokenized, params):
