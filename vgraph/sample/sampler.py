@@ -24,6 +24,8 @@ class SamplingMetadata:
     need_top_p: bool
     need_min_p: bool
     max_num_logprobs: int | None  # top-n to return; None when no request asked for logprobs
+    # (rows, token ids) banned this step: stop tokens of requests still short of min_tokens
+    banned: tuple[torch.Tensor, torch.Tensor] | None = None  # ([K] int64, [K] int64)
 
 
 @dataclass
@@ -36,7 +38,10 @@ class SamplerOutput:
 
 class Sampler:
     def __call__(self, logits: torch.Tensor, md: SamplingMetadata) -> SamplerOutput:
-        """logits: [R, vocab] float32."""
+        """logits: [R, vocab] float32. Logprobs are of these raw logits; bans apply to sampling."""
+        raw = logits
+        if md.banned is not None:
+            logits = logits.index_put(md.banned, torch.tensor(float("-inf"), device=logits.device))
         greedy = logits.argmax(dim=-1)
         if md.all_greedy:
             token_ids = greedy
@@ -45,7 +50,7 @@ class Sampler:
             token_ids = torch.where(md.temperature == 0.0, greedy, sampled)
         if md.max_num_logprobs is None:
             return SamplerOutput(token_ids, None, None, None)
-        logprobs = logits.log_softmax(dim=-1)
+        logprobs = raw.log_softmax(dim=-1)
         top_lp, top_ids = logprobs.topk(md.max_num_logprobs, dim=-1)
         tok_lp = logprobs.gather(1, token_ids[:, None])
         ranks = (logprobs > tok_lp).sum(dim=-1) + 1

@@ -41,4 +41,26 @@ def build_sampling_metadata(
         need_top_p=any(p.top_p < 1.0 for p in params),
         need_min_p=any(p.min_p > 0.0 for p in params),
         max_num_logprobs=max((p.logprobs for p in params if p.logprobs is not None), default=None),
+        banned=_min_tokens_bans(requests, device),
     )
+
+
+def _min_tokens_bans(
+    requests: list[Request], device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """EOS and stop_token_ids may not be sampled before a request has min_tokens outputs."""
+    rows: list[int] = []
+    cols: list[int] = []
+    for i, req in enumerate(requests):
+        p = req.sampling_params
+        if req.num_output_tokens >= p.min_tokens:
+            continue
+        stops = set(p.stop_token_ids or ())
+        if not p.ignore_eos:
+            stops |= req.eos_token_ids
+        rows.extend([i] * len(stops))
+        cols.extend(stops)
+    if not rows:
+        return None
+    pairs = torch.tensor([rows, cols], dtype=torch.int64).to(device, non_blocking=True)
+    return pairs[0], pairs[1]
