@@ -109,11 +109,7 @@ class InputBuffers:
         self.positions.np[num_tokens:t_pad] = 0
         self.slot_mapping.np[num_tokens:t_pad] = -1
 
-        for buf in (self.input_ids, self.positions, self.slot_mapping):
-            buf.copy_to_device(t_pad)
-        self.query_start_loc.copy_to_device(r_pad + 1)
-        self.seq_lens.copy_to_device(r_pad)
-        self.block_table.copy_to_device(r_pad)
+        self._copy_to_device(t_pad, r_pad)
         return StepInputs(
             num_reqs=num_reqs,
             num_tokens=num_tokens,
@@ -137,11 +133,7 @@ class InputBuffers:
         self.query_start_loc.np[1:num_reqs + 1] = np.cumsum(q_lens)
         self.seq_lens.np[:num_reqs] = q_lens
         self.block_table.np[:num_reqs] = 0
-        for buf in (self.input_ids, self.positions, self.slot_mapping):
-            buf.copy_to_device(num_tokens)
-        self.query_start_loc.copy_to_device(num_reqs + 1)
-        self.seq_lens.copy_to_device(num_reqs)
-        self.block_table.copy_to_device(num_reqs)
+        self._copy_to_device(num_tokens, num_reqs)
         return StepInputs(
             num_reqs=num_reqs,
             num_tokens=num_tokens,
@@ -151,3 +143,11 @@ class InputBuffers:
             max_seq_len=int(q_lens.max()),
             uniform_decode=num_reqs == num_tokens,
         )
+
+    def _copy_to_device(self, num_tokens: int, num_reqs: int) -> None:
+        """The step's host-to-device copies, non-blocking, only the rows in use."""
+        for buf in (self.input_ids, self.positions, self.slot_mapping):
+            buf.copy_to_device(num_tokens)
+        self.query_start_loc.copy_to_device(num_reqs + 1)
+        self.seq_lens.copy_to_device(num_reqs)
+        self.block_table.copy_to_device(num_reqs)
