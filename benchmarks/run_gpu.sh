@@ -2,6 +2,8 @@
 # The GPU session in one script: build csrc for sm_90, run the GPU tests, then the benchmarks.
 # Usage on the GPU machine (repo root, carried wheels in .whl): bash benchmarks/run_gpu.sh OUTDIR
 # Steps run in order of importance; each appends to OUTDIR/run.log and writes its JSON as it ends.
+# MODES (default: all five) picks the cudagraph modes of the latency benchmark; on 2026-11-30 the
+# recorded run used MODES="NONE FULL" BENCH_TIMEOUT=60 TEST_TIMEOUT=100 SKIP_KERNEL_BENCH=1.
 set -u
 out=${1:-benchmarks/results/latest}
 mkdir -p "$out"
@@ -13,13 +15,14 @@ step() { local name=$1; shift; local t0=$SECONDS
 
 step ext python3 -m vgraph.ext_build
 for model in SmolLM2-135M Llama-3.2-1B; do
-  step "latency_$model" timeout 60 python3 -m vgraph.bench.latency --model "$model" --modes NONE FULL \
+  step "latency_$model" timeout ${BENCH_TIMEOUT:-300} python3 -m vgraph.bench.latency --model "$model" \
+    --modes ${MODES:-NONE PIECEWISE FULL FULL_DECODE_ONLY FULL_AND_PIECEWISE} \
     --batch-sizes 1 8 32 128 --num-iters 50 --out "$out/latency_$model.json"
 done
 step profile_smollm2 timeout 45 python3 tools/profile_step.py --model SmolLM2-135M --batch 1 \
   --out "$out/profile_SmolLM2-135M_b1.json"
 step gpu_tests timeout ${TEST_TIMEOUT:-300} python3 -m pytest -v -p no:cacheprovider -m gpu \
-  tests/gpu/test_engine_gpu.py tests/kernels/test_layer_ops.py \
+  tests/gpu tests/kernels/test_layer_ops.py \
   "tests/kernels/test_paged_attention.py::test_cuda_graph_replay_follows_new_lengths"
 [ -n "${SKIP_KERNEL_BENCH:-}" ] || step kernel_bench python3 benchmarks/bench_paged_attention.py --batches 1 8 32 128 \
   --contexts 512 2048 8192 --out "$out/paged_attention.json"
