@@ -65,6 +65,16 @@ def test_full_with_torch_backend_downgrades_with_one_warning(tiny_llama, caplog)
     assert got == ref
 
 
+def test_full_without_splitting_ops_downgrades_to_full_decode_only(tiny_llama, caplog):
+    with caplog.at_level(logging.WARNING):
+        got, runner = run(tiny_llama, "FULL", splitting_ops=[])  # no pieces to fall back on
+    assert runner.cudagraph_mode is CUDAGraphMode.FULL_DECODE_ONLY
+    warnings = [r.getMessage() for r in caplog.records if "cudagraph_mode FULL" in r.getMessage()]
+    assert len(warnings) == 1 and "FULL_DECODE_ONLY" in warnings[0]
+    ref, _ = run(tiny_llama, "NONE")
+    assert got == ref
+
+
 def _forgetful_forward(self, step, common, mode=CUDAGraphMode.NONE, key=None, capturing=False):
     """A runner bug: hands the model fresh tensors instead of its static input buffers."""
     n = step.num_tokens_padded
