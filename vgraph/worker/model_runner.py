@@ -115,7 +115,8 @@ class ModelRunner:
         if num_blocks < 1:
             raise ValueError(
                 "no memory is left for the KV cache; raise gpu_memory_utilization / "
-                "cpu_kv_cache_bytes or lower max_num_batched_tokens"
+                "cpu_kv_cache_bytes or lower max_num_batched_tokens (on CUDA, an engine still "
+                "alive in this process counts against the budget: shut it down first)"
             )
         shape = self.backend.kv_cache_shape(
             num_blocks + 1, self.block_size, mc.num_kv_heads, mc.head_dim
