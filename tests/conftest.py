@@ -16,7 +16,10 @@ import pytest
 from tests.tiny_models import make_tiny_model
 
 _TOKENIZER_FILES = (
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
 )
 
 
@@ -61,7 +64,8 @@ def _train_tokenizer(folder: Path) -> Path:
     tok.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="never")
     tok.decoder = decoders.Metaspace(prepend_scheme="never")
     trainer = trainers.BpeTrainer(
-        vocab_size=1024, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        vocab_size=1024,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
         initial_alphabet=list(string.printable + "éöïü你好，世界🎉🚀—‘’👩‍👧"),
     )
     import codecs
@@ -77,8 +81,11 @@ def _train_tokenizer(folder: Path) -> Path:
     ] * 50
     tok.train_from_iterator(corpus, trainer)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>",
-        unk_token="<|endoftext|>", pad_token="<|im_end|>",
+        tokenizer_object=tok,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        unk_token="<|endoftext|>",
+        pad_token="<|im_end|>",
     )
     fast.chat_template = (
         "{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n' + m['content'] + "
@@ -90,9 +97,7 @@ def _train_tokenizer(folder: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def text_model_dir(
-    tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path
-) -> Path:
+def text_model_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Path:
     """A tiny random Llama whose vocabulary is the real tokenizer's, tokenizer files included.
 
     Text prompts, chat, stop strings and detokenization then run through the whole engine at the
@@ -103,8 +108,12 @@ def text_model_dir(
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
     folder = tmp_path_factory.mktemp("tiny-text-llama")
     make_tiny_model(
-        "llama", folder, vocab_size=len(tok), bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id,
+        "llama",
+        folder,
+        vocab_size=len(tok),
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.eos_token_id,
     )
     for name in _TOKENIZER_FILES:
         if (tokenizer_dir / name).is_file():

@@ -38,6 +38,7 @@ def frequencies(tokens: torch.Tensor, vocab: int = VOCAB) -> torch.Tensor:
 
 # ---- greedy and its equivalents ------------------------------------------------------------
 
+
 def test_greedy_is_argmax() -> None:
     logits = random_logits(16)
     out = sample(logits, [SamplingParams(temperature=0.0)] * 16)
@@ -54,14 +55,18 @@ def test_greedy_rows_stay_argmax_in_a_mixed_batch() -> None:
         assert torch.equal(out.token_ids[1::2], logits.argmax(dim=-1)[1::2])
 
 
-@pytest.mark.parametrize("params", [
-    SamplingParams(temperature=1.0, top_k=1),
-    SamplingParams(temperature=5.0, top_k=1),
-    SamplingParams(temperature=1.0, top_p=1e-6),
-    SamplingParams(temperature=5.0, top_p=1e-6),
-    SamplingParams(temperature=1.0, min_p=1.0),
-    SamplingParams(temperature=1e-6),  # the closest top-2 gap here is 3.6e-4
-], ids=["top_k=1", "top_k=1,T=5", "top_p=1e-6", "top_p=1e-6,T=5", "min_p=1", "T=1e-6"])
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=1.0, top_k=1),
+        SamplingParams(temperature=5.0, top_k=1),
+        SamplingParams(temperature=1.0, top_p=1e-6),
+        SamplingParams(temperature=5.0, top_p=1e-6),
+        SamplingParams(temperature=1.0, min_p=1.0),
+        SamplingParams(temperature=1e-6),  # the closest top-2 gap here is 3.6e-4
+    ],
+    ids=["top_k=1", "top_k=1,T=5", "top_p=1e-6", "top_p=1e-6,T=5", "min_p=1", "T=1e-6"],
+)
 def test_degenerate_sampling_equals_greedy(params: SamplingParams) -> None:
     torch.manual_seed(0)
     logits = random_logits(256, seed=1)
@@ -134,9 +139,8 @@ def test_per_row_params_apply_to_their_row_only() -> None:
 
 # ---- per-request seeds -----------------------------------------------------------------------
 
-def run_steps(
-    batch: list[tuple[str, SamplingParams]], target: str, steps: int = 6
-) -> list[int]:
+
+def run_steps(batch: list[tuple[str, SamplingParams]], target: str, steps: int = 6) -> list[int]:
     """Sample `steps` tokens for the batch (same logits each step); the target's tokens."""
     generators: dict[str, torch.Generator] = {}
     row = [rid for rid, _ in batch].index(target)
@@ -154,8 +158,12 @@ def test_same_seed_same_tokens_in_any_batch() -> None:
     alone = run_steps([("x", seeded)], "x")
     torch.manual_seed(99)  # the global RNG (unseeded rows) must not matter
     crowded = run_steps(
-        [("a", SamplingParams(temperature=0.8)), ("b", SamplingParams(temperature=0.0)),
-         ("x", seeded), ("c", SamplingParams(temperature=1.0, seed=7))],
+        [
+            ("a", SamplingParams(temperature=0.8)),
+            ("b", SamplingParams(temperature=0.0)),
+            ("x", seeded),
+            ("c", SamplingParams(temperature=1.0, seed=7)),
+        ],
         "x",
     )
     assert alone == crowded
@@ -170,11 +178,13 @@ def test_different_seeds_give_different_tokens() -> None:
 
 # ---- logprobs ---------------------------------------------------------------------------------
 
+
 def test_logprobs_of_sampled_and_top_n_tokens() -> None:
     torch.manual_seed(0)
     logits = random_logits(32, seed=3)
     params = [SamplingParams(temperature=2.0, logprobs=5)] * 16 + [
-        SamplingParams(temperature=0.0, logprobs=3)] * 16
+        SamplingParams(temperature=0.0, logprobs=3)
+    ] * 16
     out = sample(logits, params)
     ref = torch.log_softmax(logits, dim=-1)
     assert out.logprob_token_ids.shape == out.logprobs.shape == (32, 6)  # sampled + max n
@@ -197,9 +207,7 @@ def test_logprobs_zero_returns_only_the_sampled_token() -> None:
     logits = random_logits(4)
     out = sample(logits, [SamplingParams(temperature=0.0, logprobs=0)] * 4)
     assert out.logprobs.shape == (4, 1)
-    torch.testing.assert_close(
-        out.logprobs[:, 0], torch.log_softmax(logits, -1).max(dim=-1).values
-    )
+    torch.testing.assert_close(out.logprobs[:, 0], torch.log_softmax(logits, -1).max(dim=-1).values)
 
 
 def test_no_logprobs_requested_computes_none() -> None:

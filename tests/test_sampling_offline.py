@@ -69,6 +69,7 @@ def first_new_token(ids: list[int], start: int = 3) -> int:
 
 # ---- n, seeds -------------------------------------------------------------------------------
 
+
 def test_n_gives_n_outputs(llm: LLM) -> None:
     params = SamplingParams(n=3, temperature=1.0, seed=11, max_tokens=8, ignore_eos=True)
     [out] = llm.generate(PROMPTS[0], params, use_tqdm=False)
@@ -86,8 +87,12 @@ def test_seed_reproducible_alone_and_in_a_batch(llm: LLM) -> None:
     alone = complete(llm, PROMPTS[1], seeded).token_ids
     outs = llm.generate(
         [PROMPTS[0], PROMPTS[1], PROMPTS[2], PROMPTS[1]],
-        [SamplingParams(temperature=1.0, max_tokens=20), seeded, greedy(5),
-         SamplingParams(temperature=1.0, seed=4321, max_tokens=12, ignore_eos=True)],
+        [
+            SamplingParams(temperature=1.0, max_tokens=20),
+            seeded,
+            greedy(5),
+            SamplingParams(temperature=1.0, seed=4321, max_tokens=12, ignore_eos=True),
+        ],
         use_tqdm=False,
     )
     assert outs[1].outputs[0].token_ids == alone
@@ -95,6 +100,7 @@ def test_seed_reproducible_alone_and_in_a_batch(llm: LLM) -> None:
 
 
 # ---- logprobs -------------------------------------------------------------------------------
+
 
 def test_logprobs_match_transformers(tiny_checkpoint) -> None:
     import transformers
@@ -105,7 +111,7 @@ def test_logprobs_match_transformers(tiny_checkpoint) -> None:
     out = complete(llm, prompt, greedy(8, logprobs=3, ignore_eos=True))
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     with torch.no_grad():
-        logits = model(torch.tensor([prompt + out.token_ids[:-1]])).logits[0, len(prompt) - 1:]
+        logits = model(torch.tensor([prompt + out.token_ids[:-1]])).logits[0, len(prompt) - 1 :]
     ref = torch.log_softmax(logits.float(), dim=-1)  # [8, vocab]
 
     assert len(out.logprobs) == 8
@@ -148,6 +154,7 @@ def test_no_logprobs_unless_asked(llm: LLM) -> None:
 
 # ---- max_tokens, stop strings, stop token ids --------------------------------------------------
 
+
 def test_max_tokens(llm: LLM, reference: list[CompletionOutput]) -> None:
     out = complete(llm, PROMPTS[0], greedy(5, ignore_eos=True))
     assert out.token_ids == reference[0].token_ids[:5]
@@ -159,22 +166,23 @@ def test_stop_string_truncates_text(
     llm: LLM, reference: list[CompletionOutput], include: bool
 ) -> None:
     full = reference[0].text
-    stop = full[len(full) // 3:][:4]  # some 4 characters from the middle of the text
+    stop = full[len(full) // 3 :][:4]  # some 4 characters from the middle of the text
     at = full.index(stop)
-    out = complete(llm, PROMPTS[0], greedy(ignore_eos=True, stop=[stop],
-                                           include_stop_str_in_output=include))
+    out = complete(
+        llm, PROMPTS[0], greedy(ignore_eos=True, stop=[stop], include_stop_str_in_output=include)
+    )
     assert out.finish_reason == "stop" and out.stop_reason == stop
-    assert out.text == (full[:at + len(stop)] if include else full[:at])
+    assert out.text == (full[: at + len(stop)] if include else full[:at])
     ids = out.token_ids
-    assert 0 < len(ids) < REF_TOKENS and ids == reference[0].token_ids[:len(ids)]
+    assert 0 < len(ids) < REF_TOKENS and ids == reference[0].token_ids[: len(ids)]
 
 
 def test_earliest_stop_string_wins(llm: LLM, reference: list[CompletionOutput]) -> None:
     full = reference[1].text
-    early, late = full[len(full) // 4:][:3], full[3 * len(full) // 4:][:4]
-    assert late not in full[:full.index(early) + 3]  # the late one cannot be completed first
+    early, late = full[len(full) // 4 :][:3], full[3 * len(full) // 4 :][:4]
+    assert late not in full[: full.index(early) + 3]  # the late one cannot be completed first
     out = complete(llm, PROMPTS[1], greedy(ignore_eos=True, stop=[late, early]))
-    assert out.stop_reason == early and out.text == full[:full.index(early)]
+    assert out.stop_reason == early and out.text == full[: full.index(early)]
 
 
 def test_stop_string_never_seen_runs_to_max_tokens(
@@ -189,12 +197,13 @@ def test_stop_token_ids(llm: LLM, tok: Any, reference: list[CompletionOutput]) -
     ref = reference[0].token_ids
     k = first_new_token(ref)
     out = complete(llm, PROMPTS[0], greedy(stop_token_ids=[ref[k]]))
-    assert out.token_ids == ref[:k + 1]  # the stop token is returned in the ids ...
+    assert out.token_ids == ref[: k + 1]  # the stop token is returned in the ids ...
     assert out.finish_reason == "stop" and out.stop_reason == ref[k]
     assert out.text == tok.decode(ref[:k], skip_special_tokens=True)  # ... not in the text
-    out = complete(llm, PROMPTS[0], greedy(stop_token_ids=[ref[k]],
-                                           include_stop_str_in_output=True))
-    assert out.text == tok.decode(ref[:k + 1], skip_special_tokens=True)
+    out = complete(
+        llm, PROMPTS[0], greedy(stop_token_ids=[ref[k]], include_stop_str_in_output=True)
+    )
+    assert out.text == tok.decode(ref[: k + 1], skip_special_tokens=True)
 
 
 def test_min_tokens_defers_stop_strings_and_stop_tokens(
@@ -203,12 +212,13 @@ def test_min_tokens_defers_stop_strings_and_stop_tokens(
     ref = reference[0].token_ids
     k = first_new_token(ref)
     out = complete(llm, PROMPTS[0], greedy(stop_token_ids=[ref[k]], min_tokens=k))
-    assert out.token_ids == ref[:k + 1] and out.finish_reason == "stop"  # k outputs: allowed
-    out = complete(llm, PROMPTS[0], greedy(stop_token_ids=[ref[k]], min_tokens=k + 2,
-                                           ignore_eos=True))
+    assert out.token_ids == ref[: k + 1] and out.finish_reason == "stop"  # k outputs: allowed
+    out = complete(
+        llm, PROMPTS[0], greedy(stop_token_ids=[ref[k]], min_tokens=k + 2, ignore_eos=True)
+    )
     # the stop token may not even be sampled before min_tokens (vLLM's semantics)
     assert out.token_ids[:k] == ref[:k] and out.token_ids[k] != ref[k]
-    assert len(out.token_ids) >= k + 2 and ref[k] not in out.token_ids[:k + 2]
+    assert len(out.token_ids) >= k + 2 and ref[k] not in out.token_ids[: k + 2]
     # a stop string inside the text of the first min_tokens tokens does not stop the request
     early_text = reference[0].text[:8]
     stop = early_text[2:6]
@@ -218,9 +228,11 @@ def test_min_tokens_defers_stop_strings_and_stop_tokens(
 
 # ---- EOS and ignore_eos ------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def eos_llm(
-    text_model_dir: Path, tmp_path_factory: pytest.TempPathFactory,
+    text_model_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
     reference: list[CompletionOutput],
 ) -> Iterator[tuple[LLM, int]]:
     """The same model with one of its greedy tokens (position k) declared an EOS token."""
@@ -245,17 +257,18 @@ def test_eos_stops_and_ignore_eos_does_not(
     llm, k = eos_llm
     ref = reference[0].token_ids
     out = complete(llm, PROMPTS[0], greedy())
-    assert out.token_ids == ref[:k + 1]
+    assert out.token_ids == ref[: k + 1]
     assert out.finish_reason == "stop" and out.stop_reason is None
     assert out.text == tok.decode(ref[:k], skip_special_tokens=True)
     out = complete(llm, PROMPTS[0], greedy(ignore_eos=True))
     assert out.token_ids == ref and out.finish_reason == "length"
     out = complete(llm, PROMPTS[0], greedy(min_tokens=k + 2))
-    assert out.token_ids[:k] == ref[:k] and ref[k] not in out.token_ids[:k + 2]
+    assert out.token_ids[:k] == ref[:k] and ref[k] not in out.token_ids[: k + 2]
     assert len(out.token_ids) >= k + 2
 
 
 # ---- incremental detokenization ----------------------------------------------------------------
+
 
 def test_output_text_equals_decode_of_the_ids(llm: LLM, tok: Any) -> None:
     outs = []
@@ -295,10 +308,11 @@ def test_streamed_deltas_add_up_and_never_show_a_stop_string(
     llm: LLM, reference: list[CompletionOutput]
 ) -> None:
     full = reference[0].text
-    stop = full[len(full) // 2:][:5]
+    stop = full[len(full) // 2 :][:5]
     engine = llm.engine
-    engine.add_request("stream-1", PROMPTS[0], greedy(ignore_eos=True, stop=[stop]),
-                       OutputKind.DELTA)
+    engine.add_request(
+        "stream-1", PROMPTS[0], greedy(ignore_eos=True, stop=[stop]), OutputKind.DELTA
+    )
     engine.add_request("stream-2", PROMPTS[0], greedy(ignore_eos=True), OutputKind.DELTA)
     texts: dict[str, list[str]] = {"stream-1": [], "stream-2": []}
     ids: dict[str, list[int]] = {"stream-1": [], "stream-2": []}
@@ -309,7 +323,7 @@ def test_streamed_deltas_add_up_and_never_show_a_stop_string(
                 ids[out.request_id] += c.token_ids
     assert "".join(texts["stream-2"]) == full
     assert ids["stream-2"] == reference[0].token_ids
-    assert "".join(texts["stream-1"]) == full[:full.index(stop)]
+    assert "".join(texts["stream-1"]) == full[: full.index(stop)]
     assert len(texts["stream-1"]) > 3  # it really streamed
     streamed = ""
     for delta in texts["stream-1"]:

@@ -32,8 +32,13 @@ def processor(
     return proc
 
 
-def feed(proc: OutputProcessor, rid: str, token: int, finish: str | None = None,
-         stop_reason: int | None = None) -> tuple[list[Any], list[str]]:
+def feed(
+    proc: OutputProcessor,
+    rid: str,
+    token: int,
+    finish: str | None = None,
+    stop_reason: int | None = None,
+) -> tuple[list[Any], list[str]]:
     out = EngineCoreOutput(rid, [token], finish_reason=finish, stop_reason=stop_reason)
     return proc.process_outputs([out])
 
@@ -91,4 +96,4 @@ def test_deltas_hold_back_a_possible_stop_string(tok: Any) -> None:
         if aborts:
             break
     assert "".join(deltas) == " one two three"
-    assert all(" four" not in "".join(deltas[:i + 1]) for i in range(len(deltas)))
+    assert all(" four" not in "".join(deltas[: i + 1]) for i in range(len(deltas)))

@@ -33,10 +33,16 @@ def make_tiny_model(arch: str, folder: Path, seed: int = 0, **overrides: object)
     if arch == "qwen3":
         kwargs.setdefault("head_dim", 32)
     if arch == "llama":
-        kwargs.setdefault("rope_scaling", {
-            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0, "original_max_position_embeddings": 64,
-        })
+        kwargs.setdefault(
+            "rope_scaling",
+            {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64,
+            },
+        )
     config = cfg_cls(**kwargs)
     torch.manual_seed(seed)
     model = model_cls(config).eval()
@@ -65,12 +71,15 @@ def hf_greedy(folder: Path | str, prompts: list[list[int]], max_new_tokens: int)
         with torch.no_grad():
             for _ in range(max_new_tokens):
                 seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
-        outs.append(seq[len(ids):])
+        outs.append(seq[len(ids) :])
     return outs
 
 
 _TOKENIZER_FILES = (
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
     "generation_config.json",
 )
 
@@ -83,8 +92,9 @@ def make_tiny_model_with_tokenizer(folder: Path, seed: int = 0) -> Path:
     from vgraph.models.default_model import ensure_default_model
 
     src = Path(ensure_default_model())
-    make_tiny_model("llama", folder, seed=seed, vocab_size=49152, bos_token_id=1,
-                    eos_token_id=2, pad_token_id=2)
+    make_tiny_model(
+        "llama", folder, seed=seed, vocab_size=49152, bos_token_id=1, eos_token_id=2, pad_token_id=2
+    )
     for name in _TOKENIZER_FILES:
         if (src / name).is_file():
             shutil.copy(src / name, folder / name)

@@ -49,9 +49,13 @@ def _write(path: str | None, report: dict) -> None:
 
 @torch.inference_mode()
 def time_stages(args: argparse.Namespace, iters: int = 50) -> dict[str, float]:
-    config = VGraphConfig.create(args.model, load_format="dummy", max_model_len=2048,
-                                 attention_backend=args.attention_backend,
-                                 compilation_config={"cudagraph_mode": "FULL"})
+    config = VGraphConfig.create(
+        args.model,
+        load_format="dummy",
+        max_model_len=2048,
+        attention_backend=args.attention_backend,
+        compilation_config={"cudagraph_mode": "FULL"},
+    )
     core = EngineCore(config)
     runner = core.runner
     b = _StepBuilder(core)
@@ -82,8 +86,13 @@ def _mark(marks: list[float]) -> None:
 
 
 def profile_kernels(args: argparse.Namespace) -> dict:
-    config = VGraphConfig.create(args.model, load_format="dummy", max_model_len=2048,
-                                 attention_backend=args.attention_backend, enforce_eager=True)
+    config = VGraphConfig.create(
+        args.model,
+        load_format="dummy",
+        max_model_len=2048,
+        attention_backend=args.attention_backend,
+        enforce_eager=True,
+    )
     core = EngineCore(config)
     b = _StepBuilder(core)
     sched = b.step(b.prefilled(args.batch, args.context_len), [1] * args.batch)
@@ -101,13 +110,18 @@ def profile_kernels(args: argparse.Namespace) -> dict:
             time_us[e.name] += e.device_time
     total_n, total_t = sum(count.values()), sum(time_us.values())
     top = sorted(time_us, key=time_us.get, reverse=True)[:12]
-    print(f"{args.model} batch {args.batch} ({config.attention_backend}): {total_n} kernels, "
-          f"{total_t:.0f} us of kernel time per eager decode step")
+    print(
+        f"{args.model} batch {args.batch} ({config.attention_backend}): {total_n} kernels, "
+        f"{total_t:.0f} us of kernel time per eager decode step"
+    )
     for name in top:
         print(f"  {count[name]:5d} x {time_us[name]:8.1f} us  {name[:90]}")
-    return {"kernels": total_n, "kernel_time_us": total_t,
-            "attention_backend": config.attention_backend,
-            "top": [{"name": n, "count": count[n], "us": time_us[n]} for n in top]}
+    return {
+        "kernels": total_n,
+        "kernel_time_us": total_t,
+        "attention_backend": config.attention_backend,
+        "top": [{"name": n, "count": count[n], "us": time_us[n]} for n in top],
+    }
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,9 +86,7 @@ class CacheConfig:
                 f"gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]"
             )
         if self.num_gpu_blocks_override is not None and self.num_gpu_blocks_override < 1:
-            raise ValueError(
-                f"num_gpu_blocks_override={self.num_gpu_blocks_override} must be >= 1"
-            )
+            raise ValueError(f"num_gpu_blocks_override={self.num_gpu_blocks_override} must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -157,7 +155,9 @@ class CompilationConfig:
         allowed = [f.name for f in dataclasses.fields(CompilationConfig)]
         unknown = sorted(set(value) - set(allowed))
         if unknown:
-            raise ValueError(f"compilation config: unknown key(s) {unknown}; allowed keys: {allowed}")
+            raise ValueError(
+                f"compilation config: unknown key(s) {unknown}; allowed keys: {allowed}"
+            )
         kw: dict[str, Any] = {}
         for key, v in value.items():
             if v is None:
@@ -187,7 +187,10 @@ class CompilationConfig:
                 if not isinstance(v, str):
                     raise ValueError(f"compilation config: {key}={v!r} must be a string")
                 kw[key] = v
-        if kw.get("enforce_eager") and kw.get("cudagraph_mode", CUDAGraphMode.NONE) is not CUDAGraphMode.NONE:
+        if (
+            kw.get("enforce_eager")
+            and kw.get("cudagraph_mode", CUDAGraphMode.NONE) is not CUDAGraphMode.NONE
+        ):
             raise ValueError(
                 f"compilation config: enforce_eager=true contradicts "
                 f"cudagraph_mode={kw['cudagraph_mode'].name}; drop one of them"
@@ -234,7 +237,10 @@ def resolve_capture_sizes(cc: CompilationConfig, sched: SchedulerConfig) -> list
         if s > limit:
             logger.warning(
                 "cudagraph capture size %d dropped: above the limit %d (max_num_batched_tokens=%d,"
-                " max_cudagraph_capture_size=%s)", s, limit, sched.max_num_batched_tokens,
+                " max_cudagraph_capture_size=%s)",
+                s,
+                limit,
+                sched.max_num_batched_tokens,
                 cc.max_cudagraph_capture_size,
             )
         else:
@@ -281,7 +287,9 @@ class VGraphConfig:
         model = resolve_model_path(model)
         hf_config = load_hf_config(model)
         if load_format not in LOAD_FORMATS:
-            raise ValueError(f"load_format={load_format!r} is not allowed; use one of {LOAD_FORMATS}")
+            raise ValueError(
+                f"load_format={load_format!r} is not allowed; use one of {LOAD_FORMATS}"
+            )
         dev = resolve_device(device)
         torch_dtype = resolve_dtype(dtype, hf_config, dev)
         model_max = derive_max_model_len(hf_config)
@@ -318,10 +326,15 @@ class VGraphConfig:
         if enforce_eager:
             comp = dataclasses.replace(comp, enforce_eager=True, cudagraph_mode=None)
         comp = comp.resolve(dev, scheduler_config)
-        comp = dataclasses.replace(comp, cudagraph_mode=resolve_cudagraph_mode(
-            comp.cudagraph_mode, backend, get_backend_cls(backend).cudagraph_support,
-            piecewise_available(comp),
-        ))
+        comp = dataclasses.replace(
+            comp,
+            cudagraph_mode=resolve_cudagraph_mode(
+                comp.cudagraph_mode,
+                backend,
+                get_backend_cls(backend).cudagraph_support,
+                piecewise_available(comp),
+            ),
+        )
         if comp.cudagraph_mode is not CUDAGraphMode.NONE and not comp.cudagraph_capture_sizes:
             raise ValueError(
                 f"cudagraph_mode={comp.cudagraph_mode.name} needs at least one capture size, but "
@@ -369,8 +382,14 @@ def load_hf_config(model: str) -> dict[str, Any]:
         cfg = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"model={model!r}: config.json is not valid JSON ({e})") from None
-    for key in ("architectures", "hidden_size", "num_attention_heads", "num_hidden_layers",
-                "vocab_size", "intermediate_size"):
+    for key in (
+        "architectures",
+        "hidden_size",
+        "num_attention_heads",
+        "num_hidden_layers",
+        "vocab_size",
+        "intermediate_size",
+    ):
         if key not in cfg:
             raise ValueError(f"model={model!r}: config.json lacks the required key {key!r}")
     return cfg

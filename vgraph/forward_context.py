@@ -27,7 +27,9 @@ _forward_context: ForwardContext | None = None
 
 
 def get_forward_context() -> ForwardContext:
-    assert _forward_context is not None, "no forward context: call the model inside set_forward_context"
+    assert _forward_context is not None, (
+        "no forward context: call the model inside set_forward_context"
+    )
     return _forward_context
 
 

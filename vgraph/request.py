@@ -1,4 +1,4 @@
-"""Request: the engine core's view of one sequence. `num_computed_tokens` is its only progress counter.
+"""Request: the engine core's view of one sequence; `num_computed_tokens` is its only progress.
 
 Lifecycle (owned by the scheduler):
   1. WAITING: admitted by the engine core, no KV blocks.
@@ -73,7 +73,7 @@ class Request:
 
     @property
     def output_token_ids(self) -> list[int]:
-        return self.all_token_ids[len(self.prompt_token_ids):]
+        return self.all_token_ids[len(self.prompt_token_ids) :]
 
     def append_output_token(self, token_id: int) -> None:
         self.all_token_ids.append(token_id)

@@ -40,37 +40,47 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
         _check(self.n >= 1, "n", self.n, "an integer >= 1")
         _check(self.temperature >= 0.0, "temperature", self.temperature, "a number >= 0")
         _check(0.0 < self.top_p <= 1.0, "top_p", self.top_p, "a number in (0, 1]")
-        _check(
-            self.top_k == -1 or self.top_k >= 1, "top_k", self.top_k, "-1 (disabled) or >= 1"
-        )
+        _check(self.top_k == -1 or self.top_k >= 1, "top_k", self.top_k, "-1 (disabled) or >= 1")
         _check(0.0 <= self.min_p <= 1.0, "min_p", self.min_p, "a number in [0, 1]")
         _check(
             self.max_tokens is None or self.max_tokens >= 1,
-            "max_tokens", self.max_tokens, "an integer >= 1",
+            "max_tokens",
+            self.max_tokens,
+            "an integer >= 1",
         )
         _check(self.min_tokens >= 0, "min_tokens", self.min_tokens, "an integer >= 0")
         if self.max_tokens is not None:
             _check(
                 self.min_tokens <= self.max_tokens,
-                "min_tokens", self.min_tokens, f"at most max_tokens={self.max_tokens}",
+                "min_tokens",
+                self.min_tokens,
+                f"at most max_tokens={self.max_tokens}",
             )
         _check(
             self.logprobs is None or 0 <= self.logprobs <= MAX_LOGPROBS,
-            "logprobs", self.logprobs, f"an integer in [0, {MAX_LOGPROBS}]",
+            "logprobs",
+            self.logprobs,
+            f"an integer in [0, {MAX_LOGPROBS}]",
         )
         _check(
             self.seed is None or 0 <= self.seed < 2**63,
-            "seed", self.seed, "an integer in [0, 2**63)",
+            "seed",
+            self.seed,
+            "an integer in [0, 2**63)",
         )
         if self.stop is not None:
             _check(
                 all(isinstance(s, str) and s for s in self.stop),
-                "stop", self.stop, "a list of non-empty strings",
+                "stop",
+                self.stop,
+                "a list of non-empty strings",
             )
         if self.stop_token_ids is not None:
             _check(
                 all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids),
-                "stop_token_ids", self.stop_token_ids, "a list of token ids >= 0",
+                "stop_token_ids",
+                self.stop_token_ids,
+                "a list of token ids >= 0",
             )
 
     @property

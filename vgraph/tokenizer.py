@@ -20,7 +20,7 @@ def load_tokenizer(config: ModelConfig) -> Any | None:
 
     try:
         return AutoTokenizer.from_pretrained(str(folder))
-    except Exception as e:  # noqa: BLE001 - any loader failure is a bad model folder
+    except Exception as e:
         raise ValueError(f"tokenizer in {str(folder)!r} could not be loaded: {e}") from e
 
 

@@ -24,8 +24,9 @@ def test_second_start_hits_the_cache(tiny_checkpoint, tmp_path, caplog):
     assert len(logs) == 2
     assert "compile cache miss" in logs[0] and "compile cache hit" in logs[1]
     assert " s; " in logs[1]  # how long compiling took
-    manifest = json.loads((tmp_path / first.cache_dir.rsplit("/", 1)[1] / "manifest.json")
-                          .read_text())
+    manifest = json.loads(
+        (tmp_path / first.cache_dir.rsplit("/", 1)[1] / "manifest.json").read_text()
+    )
     assert manifest["num_pieces"] == 3 and len(manifest["graph_hashes"]) == 5
     assert manifest["factors"]["dtype"] == "torch.float32"
 
@@ -35,15 +36,26 @@ def test_what_changes_the_code_changes_the_key(tmp_path, monkeypatch):
     cpu = torch.device("cpu")
 
     def key(**changes: object) -> compile_cache.CompileCache:
-        args = {"hf_config": hf, "dtype": torch.float32, "device": cpu,
-                "splitting_ops": ("vgraph::unified_attention_with_output",), "use_inductor": False}
-        return compile_cache.CompileCache(tmp_path, compile_cache.key_factors(**{**args, **changes}))
+        args = {
+            "hf_config": hf,
+            "dtype": torch.float32,
+            "device": cpu,
+            "splitting_ops": ("vgraph::unified_attention_with_output",),
+            "use_inductor": False,
+        }
+        return compile_cache.CompileCache(
+            tmp_path, compile_cache.key_factors(**{**args, **changes})
+        )
 
     base = key()
     assert key().dir == base.dir  # deterministic
     assert base.dir.parent == tmp_path
-    for changed in (key(dtype=torch.bfloat16), key(use_inductor=True), key(splitting_ops=()),
-                    key(hf_config={**hf, "hidden_size": 128})):
+    for changed in (
+        key(dtype=torch.bfloat16),
+        key(use_inductor=True),
+        key(splitting_ops=()),
+        key(hf_config={**hf, "hidden_size": 128}),
+    ):
         assert changed.dir != base.dir
     monkeypatch.setattr(compile_cache, "source_hash", lambda: "edited-source")
     assert key().dir != base.dir

@@ -25,18 +25,26 @@ def create(folder, mode: str, caplog) -> tuple[VGraphConfig, list[str]]:
     caplog.clear()
     with caplog.at_level(logging.WARNING):
         config = VGraphConfig.create(
-            str(folder), max_model_len=128, max_num_batched_tokens=16,
-            compilation_config={"cudagraph_mode": mode, "splitting_ops": [],
-                                "cudagraph_capture_sizes": [1, 2, 4]},
+            str(folder),
+            max_model_len=128,
+            max_num_batched_tokens=16,
+            compilation_config={
+                "cudagraph_mode": mode,
+                "splitting_ops": [],
+                "cudagraph_capture_sizes": [1, 2, 4],
+            },
         )
     return config, [r.getMessage() for r in caplog.records if "cudagraph_mode" in r.getMessage()]
 
 
-@pytest.mark.parametrize("mode, support, expected", [
-    ("PIECEWISE", AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE, M.NONE),
-    ("FULL_AND_PIECEWISE", AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE, M.FULL_DECODE_ONLY),
-    ("FULL_AND_PIECEWISE", AttentionCGSupport.ALWAYS, M.FULL),
-])
+@pytest.mark.parametrize(
+    "mode, support, expected",
+    [
+        ("PIECEWISE", AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE, M.NONE),
+        ("FULL_AND_PIECEWISE", AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE, M.FULL_DECODE_ONLY),
+        ("FULL_AND_PIECEWISE", AttentionCGSupport.ALWAYS, M.FULL),
+    ],
+)
 def test_modes_needing_pieces_are_downgraded_with_one_warning(
     mode, support, expected, tiny_checkpoint, caplog, monkeypatch
 ):

@@ -50,8 +50,12 @@ def compile_toy(debug: bool, monkeypatch) -> tuple[Toy, PiecewiseBackend, torch.
 
 
 def run(compiled, x: torch.Tensor, capturing: bool = False) -> torch.Tensor:
-    ctx = ForwardContext(None, runtime_mode=CUDAGraphMode.PIECEWISE,
-                         batch_descriptor=BatchDescriptor(4), capturing=capturing)
+    ctx = ForwardContext(
+        None,
+        runtime_mode=CUDAGraphMode.PIECEWISE,
+        batch_descriptor=BatchDescriptor(4),
+        capturing=capturing,
+    )
     with torch.inference_mode(), set_forward_context(ctx):
         return compiled(x).clone()
 

@@ -13,7 +13,9 @@ def make_req(rid: str, num_prompt: int = 1) -> Request:
     return Request(rid, list(range(num_prompt)), SamplingParams(), frozenset())
 
 
-@pytest.mark.parametrize("num_tokens, blocks", [(1, 1), (15, 1), (16, 1), (17, 2), (48, 3), (49, 4)])
+@pytest.mark.parametrize(
+    "num_tokens, blocks", [(1, 1), (15, 1), (16, 1), (17, 2), (48, 3), (49, 4)]
+)
 def test_blocks_needed_rounds_up(num_tokens: int, blocks: int) -> None:
     assert KVCacheManager(8, 16).blocks_needed(num_tokens) == blocks
 

@@ -20,7 +20,9 @@ TOKEN = 7  # an ordinary sampled token
 
 def make_req(rid: str, num_prompt: int, **params: object) -> Request:
     return Request(
-        rid, list(range(10, 10 + num_prompt)), SamplingParams(temperature=0.0, **params),
+        rid,
+        list(range(10, 10 + num_prompt)),
+        SamplingParams(temperature=0.0, **params),
         frozenset({EOS}),
     )
 
@@ -52,6 +54,7 @@ def held_blocks(s: Scheduler) -> int:
 
 
 # ---- token budget, chunked prefill, mixed steps ---------------------------------------------
+
 
 def test_token_budget_caps_each_step() -> None:
     s = make_sched(budget=25)
@@ -109,6 +112,7 @@ def test_running_requests_come_before_waiting_ones() -> None:
 
 # ---- FCFS and max_num_seqs ------------------------------------------------------------------
 
+
 def test_fcfs_order_and_budget_go_to_the_oldest() -> None:
     s = make_sched(budget=10)
     for rid in "abc":
@@ -131,6 +135,7 @@ def test_max_num_seqs_limits_running_requests() -> None:
 
 
 # ---- preemption by recompute ----------------------------------------------------------------
+
 
 def test_preemption_by_recompute() -> None:
     s = make_sched(num_blocks=4, max_model_len=64)
@@ -202,6 +207,7 @@ def test_a_pool_smaller_than_one_max_length_request_is_refused() -> None:
 
 # ---- abort ----------------------------------------------------------------------------------
 
+
 def test_abort_frees_blocks_of_running_and_waiting_requests() -> None:
     s = make_sched(budget=40)
     a, b, c = make_req("a", 20), make_req("b", 20), make_req("c", 20)
@@ -230,6 +236,7 @@ def test_abort_while_a_step_runs_drops_its_result() -> None:
 
 
 # ---- finishing ------------------------------------------------------------------------------
+
 
 def run_until_done(s: Scheduler, req: Request, tokens: Sequence[int]) -> None:
     s.add_request(req)

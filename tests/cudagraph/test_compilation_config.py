@@ -16,25 +16,32 @@ CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 def test_parse_json_dict_and_object_agree():
     text = '{"cudagraph_mode": "full_decode_only", "cudagraph_capture_sizes": [8, 1, 2, 2]}'
     a = CompilationConfig.parse(text)
-    b = CompilationConfig.parse({"cudagraph_mode": "FULL_DECODE_ONLY",
-                                 "cudagraph_capture_sizes": [8, 1, 2, 2]})
+    b = CompilationConfig.parse(
+        {"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": [8, 1, 2, 2]}
+    )
     assert a == b == CompilationConfig.parse(a)
     assert a.cudagraph_mode is CUDAGraphMode.FULL_DECODE_ONLY
 
 
-@pytest.mark.parametrize("bad, match", [
-    ("{", "not valid JSON"),
-    ("[1, 2]", "must be a JSON object"),
-    ('{"cuda_graph_mode": "FULL"}', r"unknown key\(s\) \['cuda_graph_mode'\].*allowed keys"),
-    ('{"cudagraph_mode": 3}', "cudagraph_mode=3 is not allowed"),
-    ('{"cudagraph_capture_sizes": "1,2"}', "cudagraph_capture_sizes='1,2' must be a list"),
-    ('{"cudagraph_capture_sizes": [0, 4]}', "every size must be >= 1"),
-    ('{"max_cudagraph_capture_size": -1}', "max_cudagraph_capture_size=-1 must be an integer >= 1"),
-    ('{"cudagraph_num_of_warmups": 1.5}', "cudagraph_num_of_warmups=1.5"),
-    ('{"splitting_ops": "attn"}', "splitting_ops='attn' must be a list"),
-    ('{"use_inductor": "yes"}', "use_inductor='yes' must be true or false"),
-    ('{"enforce_eager": true, "cudagraph_mode": "FULL"}', "enforce_eager=true contradicts"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ("{", "not valid JSON"),
+        ("[1, 2]", "must be a JSON object"),
+        ('{"cuda_graph_mode": "FULL"}', r"unknown key\(s\) \['cuda_graph_mode'\].*allowed keys"),
+        ('{"cudagraph_mode": 3}', "cudagraph_mode=3 is not allowed"),
+        ('{"cudagraph_capture_sizes": "1,2"}', "cudagraph_capture_sizes='1,2' must be a list"),
+        ('{"cudagraph_capture_sizes": [0, 4]}', "every size must be >= 1"),
+        (
+            '{"max_cudagraph_capture_size": -1}',
+            "max_cudagraph_capture_size=-1 must be an integer >= 1",
+        ),
+        ('{"cudagraph_num_of_warmups": 1.5}', "cudagraph_num_of_warmups=1.5"),
+        ('{"splitting_ops": "attn"}', "splitting_ops='attn' must be a list"),
+        ('{"use_inductor": "yes"}', "use_inductor='yes' must be true or false"),
+        ('{"enforce_eager": true, "cudagraph_mode": "FULL"}', "enforce_eager=true contradicts"),
+    ],
+)
 def test_parse_errors_name_the_key(bad, match):
     with pytest.raises(ValueError, match=match):
         CompilationConfig.parse(bad)
@@ -43,13 +50,17 @@ def test_parse_errors_name_the_key(bad, match):
 def test_auto_mode_per_device():
     sched = SchedulerConfig()
     assert CompilationConfig().resolve(CPU, sched).cudagraph_mode is CUDAGraphMode.NONE
-    assert CompilationConfig().resolve(CUDA, sched).cudagraph_mode is CUDAGraphMode.FULL_AND_PIECEWISE
+    assert (
+        CompilationConfig().resolve(CUDA, sched).cudagraph_mode is CUDAGraphMode.FULL_AND_PIECEWISE
+    )
     eager = CompilationConfig(enforce_eager=True).resolve(CUDA, sched)
     assert eager.cudagraph_mode is CUDAGraphMode.NONE
 
 
 def test_default_capture_sizes():
-    sizes = CompilationConfig().resolve(CPU, SchedulerConfig(max_num_seqs=256)).cudagraph_capture_sizes
+    sizes = (
+        CompilationConfig().resolve(CPU, SchedulerConfig(max_num_seqs=256)).cudagraph_capture_sizes
+    )
     expected = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 513, 16))
     assert list(sizes) == expected
     small = CompilationConfig().resolve(CPU, SchedulerConfig(max_num_seqs=8))

@@ -10,10 +10,18 @@ from vgraph.cudagraph.dispatcher import CudagraphDispatcher, EagerReason
 from vgraph.cudagraph.modes import CUDAGraphMode as M
 
 
-@pytest.mark.parametrize("sizes, n, padded", [
-    ([1, 2, 4, 8], 3, 4), ([1, 2, 4, 8], 8, 8), ([1, 2, 4, 8], 9, None),
-    ([16, 4, 64], 1, 4), ([16, 4, 64], 17, 64), ([5], 5, 5), ([5], 6, None),
-])
+@pytest.mark.parametrize(
+    "sizes, n, padded",
+    [
+        ([1, 2, 4, 8], 3, 4),
+        ([1, 2, 4, 8], 8, 8),
+        ([1, 2, 4, 8], 9, None),
+        ([16, 4, 64], 1, 4),
+        ([16, 4, 64], 17, 64),
+        ([5], 5, 5),
+        ([5], 6, None),
+    ],
+)
 def test_padding_to_smallest_capture_size(sizes, n, padded):
     d = CudagraphDispatcher(M.FULL_DECODE_ONLY, sizes, S.UNIFORM_SINGLE_TOKEN_DECODE, 256)
     assert d.padded_size(n) == padded
@@ -58,6 +66,10 @@ def test_piecewise_keys_and_none_mode():
 def test_capture_order_full_first_largest_first():
     d = CudagraphDispatcher(M.FULL_AND_PIECEWISE, [1, 4, 2], S.UNIFORM_SINGLE_TOKEN_DECODE, 64)
     assert d.capture_keys() == [
-        (M.FULL, BD(4, 4, True)), (M.FULL, BD(2, 2, True)), (M.FULL, BD(1, 1, True)),
-        (M.PIECEWISE, BD(4)), (M.PIECEWISE, BD(2)), (M.PIECEWISE, BD(1)),
+        (M.FULL, BD(4, 4, True)),
+        (M.FULL, BD(2, 2, True)),
+        (M.FULL, BD(1, 1, True)),
+        (M.PIECEWISE, BD(4)),
+        (M.PIECEWISE, BD(2)),
+        (M.PIECEWISE, BD(1)),
     ]

@@ -18,8 +18,9 @@ def serve_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def server(serve_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
-           ) -> Iterator[ServerProcess]:
+def server(
+    serve_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
     """One `vgraph serve` for every non-destructive serving test."""
     srv = ServerProcess(serve_model_dir, tmp_path_factory.mktemp("server"))
     try:

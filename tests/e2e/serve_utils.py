@@ -23,8 +23,15 @@ REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 # Small and fast: a short context, a small KV pool, no per-request log lines.
-SERVE_ARGS = ["--max-model-len", "256", "--num-gpu-blocks-override", "2048",
-              "--disable-access-log", "--uvicorn-log-level", "warning"]
+SERVE_ARGS = [
+    "--max-model-len",
+    "256",
+    "--num-gpu-blocks-override",
+    "2048",
+    "--disable-access-log",
+    "--uvicorn-log-level",
+    "warning",
+]
 
 
 def free_port() -> int:
@@ -76,8 +83,9 @@ def pid_alive(pid: int) -> bool:
 
 
 class ServerProcess:
-    def __init__(self, model: Path | str, workdir: Path, *args: str,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, model: Path | str, workdir: Path, *args: str, env: dict[str, str] | None = None
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.tmpdir = workdir / "tmp"
@@ -87,15 +95,29 @@ class ServerProcess:
         self.model_name = named[-1] if named else Path(model).name
         # one intra-op thread: on a busy 2-core machine a second torch thread that is not
         # scheduled makes each small op wait milliseconds
-        full_env = {**os.environ, "TMPDIR": str(self.tmpdir), "PYTHONPATH": str(REPO),
-                    "OMP_NUM_THREADS": "1"}
+        full_env = {
+            **os.environ,
+            "TMPDIR": str(self.tmpdir),
+            "PYTHONPATH": str(REPO),
+            "OMP_NUM_THREADS": "1",
+        }
         full_env.pop("VGRAPH_API_KEY", None)
         full_env.update(env or {})
-        cmd = [sys.executable, "-m", "vgraph.entrypoints.cli", "serve", str(model),
-               "--port", str(self.port), *SERVE_ARGS, *args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "vgraph.entrypoints.cli",
+            "serve",
+            str(model),
+            "--port",
+            str(self.port),
+            *SERVE_ARGS,
+            *args,
+        ]
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env,
-                                         cwd=workdir)
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=workdir
+            )
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

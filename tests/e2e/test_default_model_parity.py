@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from tests.tiny_models import hf_greedy
-
 from vgraph import LLM, SamplingParams
 from vgraph.models.default_model import ensure_default_model
 
@@ -31,7 +30,9 @@ def llm(model_dir):
 
 def chat_ids(tokenizer, text):
     return tokenizer.apply_chat_template(
-        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True,
+        [{"role": "user", "content": text}],
+        add_generation_prompt=True,
+        tokenize=True,
         return_dict=False,
     )
 
@@ -49,7 +50,10 @@ def test_greedy_tokens_match_transformers(model_dir, llm):
 
 
 def test_chat_answers_the_capital_question(llm):
-    out = llm.chat([{"role": "user", "content": "What is the capital of France?"}],
-                   SamplingParams(temperature=0, max_tokens=16), use_tqdm=False)
+    out = llm.chat(
+        [{"role": "user", "content": "What is the capital of France?"}],
+        SamplingParams(temperature=0, max_tokens=16),
+        use_tqdm=False,
+    )
     assert out[0].outputs[0].text.strip() == "The capital of France is Paris."
     assert out[0].outputs[0].finish_reason == "stop"

@@ -63,12 +63,15 @@ def greedy(n: int = 6) -> SamplingParams:
 
 
 def test_wire_format_round_trip() -> None:
-    req = EngineCoreRequest("r1", [1, 2, 3], SamplingParams(temperature=0.5, stop=["x"],
-                            logprobs=2, seed=3), [2], 12.5)
+    req = EngineCoreRequest(
+        "r1", [1, 2, 3], SamplingParams(temperature=0.5, stop=["x"], logprobs=2, seed=3), [2], 12.5
+    )
     assert msgspec.msgpack.decode(ENCODER.encode(req), type=EngineCoreRequest) == req
     outs = EngineCoreOutputs(
         [EngineCoreOutput("r1", [9], [TokenLogprobs([9, 8], [-0.1, -2.0], 1)], "stop", "x")],
-        SchedulerStats(num_running=1, kv_cache_usage=0.5, counters={"steps_FULL": 3.0}), 1.0)
+        SchedulerStats(num_running=1, kv_cache_usage=0.5, counters={"steps_FULL": 3.0}),
+        1.0,
+    )
     assert msgspec.msgpack.decode(ENCODER.encode(outs), type=EngineCoreOutputs) == outs
     bad = ENCODER.encode(["r2", [1], {"top_p": 0.0}, [2], 0.0])  # validated on decode
     with pytest.raises(msgspec.ValidationError, match="top_p"):
@@ -100,8 +103,9 @@ def test_bad_request_ends_only_itself(mp_llm: LLM) -> None:
     client = mp_llm.engine.client
     client.add_request(EngineCoreRequest("bad", [10**6], greedy(), [2]))  # out of vocabulary
     client.input_socket.send_multipart([bytes([EngineCoreRequestType.ADD]), b"\x93garbage"])
-    client.input_socket.send_multipart([bytes([EngineCoreRequestType.ADD]),
-                                        ENCODER.encode(["bad2", [1], {"n": 0}, [], 0.0])])
+    client.input_socket.send_multipart(
+        [bytes([EngineCoreRequestType.ADD]), ENCODER.encode(["bad2", [1], {"n": 0}, [], 0.0])]
+    )
     errors = {}
     while len(errors) < 2:
         for out in client.get_output().outputs:
@@ -120,8 +124,9 @@ def test_startup_error_is_raised_with_its_message(model_dir: str) -> None:
 def test_engine_death_raises_engine_dead_error(model_dir: str) -> None:
     llm = LLM(model_dir, **KW)
     engine, client = llm.engine, llm.engine.client
-    engine.add_request("a", [1, 2, 3], SamplingParams(temperature=0, max_tokens=200,
-                                                       ignore_eos=True))
+    engine.add_request(
+        "a", [1, 2, 3], SamplingParams(temperature=0, max_tokens=200, ignore_eos=True)
+    )
     assert engine.step() is not None  # generating
     ipc_dir = client.resources.ipc_dir
     os.kill(client.proc.pid, signal.SIGKILL)
@@ -277,11 +282,14 @@ def test_output_processing_failure_ends_only_its_request(model_dir: str) -> None
         params = SamplingParams(temperature=0, max_tokens=5)
 
         async def collect(rid: str) -> list[int]:
-            return [t for o in [o async for o in engine.generate([1, 2], params, rid)]
-                    for c in o.outputs for t in c.token_ids]
+            return [
+                t
+                for o in [o async for o in engine.generate([1, 2], params, rid)]
+                for c in o.outputs
+                for t in c.token_ids
+            ]
 
-        boom, fine = await asyncio.gather(collect("boom"), collect("fine"),
-                                          return_exceptions=True)
+        boom, fine = await asyncio.gather(collect("boom"), collect("fine"), return_exceptions=True)
         assert isinstance(boom, RuntimeError) and "output processing failed" in str(boom)
         assert fine == [7] * 5
         assert client.aborted == ["boom"] and not engine.is_dead
@@ -306,8 +314,9 @@ def test_core_exits_when_its_frontend_is_killed(model_dir: str, tmp_path: Path) 
     script = tmp_path / "frontend.py"
     script.write_text(ORPHAN_SCRIPT)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    front = subprocess.Popen([sys.executable, str(script), model_dir], stdout=subprocess.PIPE,
-                             text=True, env=env)
+    front = subprocess.Popen(
+        [sys.executable, str(script), model_dir], stdout=subprocess.PIPE, text=True, env=env
+    )
     try:
         core_pid, ipc_dir = front.stdout.readline().split()
         os.kill(front.pid, signal.SIGKILL)  # no shutdown message, no cleanup by the frontend

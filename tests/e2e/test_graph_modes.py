@@ -27,7 +27,9 @@ def workload():
     """5 requests (not a capture size) of different lengths, finishing at different steps."""
     rng = random.Random(1)
     prompts = [[rng.randrange(512) for _ in range(n)] for n in (3, 17, 40, 9, 5)]
-    params = [SamplingParams(temperature=0, max_tokens=m, ignore_eos=True) for m in (5, 12, 20, 8, 16)]
+    params = [
+        SamplingParams(temperature=0, max_tokens=m, ignore_eos=True) for m in (5, 12, 20, 8, 16)
+    ]
     return prompts, params
 
 
@@ -80,9 +82,14 @@ def _forgetful_forward(self, step, common, mode=CUDAGraphMode.NONE, key=None, ca
     n = step.num_tokens_padded
     ids = self.buffers.input_ids.gpu[:n].clone()
     positions = self.buffers.positions.gpu[:n].clone()
-    ctx = ForwardContext(attn_metadata=common, kv_caches=self.kv_caches,
-                         attn_layers=self.attn_layers, runtime_mode=mode,
-                         batch_descriptor=key, capturing=capturing)
+    ctx = ForwardContext(
+        attn_metadata=common,
+        kv_caches=self.kv_caches,
+        attn_layers=self.attn_layers,
+        runtime_mode=mode,
+        batch_descriptor=key,
+        capturing=capturing,
+    )
     with set_forward_context(ctx):
         return self.model_fn(ids, positions)
 

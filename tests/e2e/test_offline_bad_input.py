@@ -24,16 +24,19 @@ GOOD_PARAMS = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
 
 @pytest.fixture(scope="module")
 def llm(text_model_dir: Path) -> Iterator[LLM]:
-    llm = LLM(str(text_model_dir), multiprocess=False, cpu_kv_cache_bytes=SMALL_KV_BYTES,
-              max_model_len=MAX_MODEL_LEN)
+    llm = LLM(
+        str(text_model_dir),
+        multiprocess=False,
+        cpu_kv_cache_bytes=SMALL_KV_BYTES,
+        max_model_len=MAX_MODEL_LEN,
+    )
     yield llm
     llm.shutdown()
 
 
 @pytest.fixture(scope="module")
 def good_outputs(llm: LLM) -> list[list[int]]:
-    return [o.outputs[0].token_ids for o in llm.generate(GOOD_PROMPTS, GOOD_PARAMS,
-                                                         use_tqdm=False)]
+    return [o.outputs[0].token_ids for o in llm.generate(GOOD_PROMPTS, GOOD_PARAMS, use_tqdm=False)]
 
 
 def assert_message(err: pytest.ExceptionInfo[ValueError], *parts: str) -> None:
@@ -74,11 +77,16 @@ BAD_PARAMS = [
 
 
 @pytest.mark.parametrize(
-    "kwargs, field, value, allowed", BAD_PARAMS,
+    "kwargs, field, value, allowed",
+    BAD_PARAMS,
     ids=[f"{k}={v}" for kw, *_ in BAD_PARAMS for k, v in list(kw.items())[:1]],
 )
 def test_bad_sampling_params(
-    llm: LLM, good_outputs: list[list[int]], kwargs: dict[str, Any], field: str, value: str,
+    llm: LLM,
+    good_outputs: list[list[int]],
+    kwargs: dict[str, Any],
+    field: str,
+    value: str,
     allowed: str,
 ) -> None:
     with pytest.raises(ValueError) as err:
@@ -104,13 +112,20 @@ BAD_PROMPTS = [
 
 
 @pytest.mark.parametrize(
-    "prompt, parts", BAD_PROMPTS,
-    ids=["empty-str", "empty-list", "too-long-ids", "too-long-text", "negative-id",
-         "id-vocab-size", "float-id", "int"],
+    "prompt, parts",
+    BAD_PROMPTS,
+    ids=[
+        "empty-str",
+        "empty-list",
+        "too-long-ids",
+        "too-long-text",
+        "negative-id",
+        "id-vocab-size",
+        "float-id",
+        "int",
+    ],
 )
-def test_bad_prompt(
-    llm: LLM, good_outputs: list[list[int]], prompt: Any, parts: list[str]
-) -> None:
+def test_bad_prompt(llm: LLM, good_outputs: list[list[int]], prompt: Any, parts: list[str]) -> None:
     vocab = llm.config.model_config.vocab_size
     if isinstance(prompt, list):
         prompt = [vocab if t == V else t for t in prompt]
@@ -125,9 +140,7 @@ def test_prompt_of_exactly_max_model_len_is_served(llm: LLM) -> None:
     assert len(out.token_ids) == 1 and out.finish_reason == "length"
 
 
-def test_sampling_params_list_of_the_wrong_length(
-    llm: LLM, good_outputs: list[list[int]]
-) -> None:
+def test_sampling_params_list_of_the_wrong_length(llm: LLM, good_outputs: list[list[int]]) -> None:
     with pytest.raises(ValueError) as err:
         llm.generate(GOOD_PROMPTS, [GOOD_PARAMS] * 3, use_tqdm=False)
     assert_message(err, "sampling_params has 3 entries for 2 prompts")
@@ -143,6 +156,7 @@ def test_text_prompt_without_a_tokenizer(tiny_checkpoint) -> None:
 
 
 # ---- model folders ----------------------------------------------------------------------------
+
 
 def make_folder(tmp_path: Path, text_model_dir: Path, what: str) -> Path:
     folder = tmp_path / what
@@ -188,14 +202,18 @@ def test_bad_model_folder(
 def test_unknown_model_name_lists_the_shipped_configs() -> None:
     with pytest.raises(ValueError) as err:
         LLM("no-such-model", multiprocess=False)
-    assert_message(err, "model='no-such-model'", "not a folder", "Llama-3.2-1B", "Qwen3-0.6B",
-                   "SmolLM2-135M")
+    assert_message(
+        err, "model='no-such-model'", "not a folder", "Llama-3.2-1B", "Qwen3-0.6B", "SmolLM2-135M"
+    )
 
 
-def test_missing_safetensors_is_fine_for_dummy_weights(tmp_path: Path, text_model_dir: Path) -> None:
+def test_missing_safetensors_is_fine_for_dummy_weights(
+    tmp_path: Path, text_model_dir: Path
+) -> None:
     folder = make_folder(tmp_path, text_model_dir, "no-safetensors")
-    llm = LLM(str(folder), multiprocess=False, cpu_kv_cache_bytes=SMALL_KV_BYTES,
-              load_format="dummy")
+    llm = LLM(
+        str(folder), multiprocess=False, cpu_kv_cache_bytes=SMALL_KV_BYTES, load_format="dummy"
+    )
     assert len(llm.generate([1, 2, 3], GOOD_PARAMS, use_tqdm=False)[0].outputs[0].token_ids) == 6
 
 

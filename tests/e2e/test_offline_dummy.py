@@ -69,14 +69,21 @@ def test_llama_3_2_rope_matches_transformers() -> None:
 
 
 def test_qwen3_has_plain_rope() -> None:
-    theta, scaling = rope_parameters(json.loads((CONFIGS / "Qwen3-0.6B" / "config.json").read_text()))
+    theta, scaling = rope_parameters(
+        json.loads((CONFIGS / "Qwen3-0.6B" / "config.json").read_text())
+    )
     assert theta == 1_000_000.0 and scaling is None
 
 
 @pytest.fixture(scope="module")
 def smollm2() -> Iterator[LLM]:
-    llm = LLM("SmolLM2-135M", load_format="dummy", multiprocess=False,
-              cpu_kv_cache_bytes=1 << 24, max_model_len=256)
+    llm = LLM(
+        "SmolLM2-135M",
+        load_format="dummy",
+        multiprocess=False,
+        cpu_kv_cache_bytes=1 << 24,
+        max_model_len=256,
+    )
     yield llm
     llm.shutdown()
 

@@ -48,7 +48,9 @@ def test_greedy_matches_transformers(variant: tuple[str, object]) -> None:
     for i, (out, ref) in enumerate(zip(outputs, expected)):
         got = out.outputs[0].token_ids
         first_diff = next((j for j, (a, b) in enumerate(zip(got, ref)) if a != b), None)
-        assert got == ref, f"{name} prompt {i} (len {len(prompts[i])}) differs at token {first_diff}"
+        assert got == ref, (
+            f"{name} prompt {i} (len {len(prompts[i])}) differs at token {first_diff}"
+        )
         assert out.outputs[0].finish_reason == "length"
     # the random model must not be degenerate, or equality would prove little
     assert len({t for o in outputs for t in o.outputs[0].token_ids}) > 8

@@ -33,7 +33,9 @@ def scheduler_of(llm: LLM) -> Scheduler:
     return llm.engine.client.core.scheduler
 
 
-def token_ids(llm: LLM, prompts: list[list[int]], params: SamplingParams = GREEDY) -> list[list[int]]:
+def token_ids(
+    llm: LLM, prompts: list[list[int]], params: SamplingParams = GREEDY
+) -> list[list[int]]:
     return [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
 
 
@@ -66,16 +68,20 @@ class StepLog:
 
         def spy() -> SchedulerOutput:
             out = schedule()
-            self.steps.append([
-                (r.request_id, r.num_computed_tokens, n, r.num_prompt_tokens)
-                for r, n in zip(out.requests, out.num_scheduled_tokens)
-            ])
+            self.steps.append(
+                [
+                    (r.request_id, r.num_computed_tokens, n, r.num_prompt_tokens)
+                    for r, n in zip(out.requests, out.num_scheduled_tokens)
+                ]
+            )
             return out
 
         monkeypatch.setattr(scheduler, "schedule", spy)
 
 
-def test_batch_invariance(folder: Path, prompts: list[list[int]], reference: list[list[int]]) -> None:
+def test_batch_invariance(
+    folder: Path, prompts: list[list[int]], reference: list[list[int]]
+) -> None:
     """A prompt alone and inside a batch of 8 gives the same greedy tokens."""
     llm = make_llm(folder)
     target = 3
@@ -89,7 +95,9 @@ def test_batch_invariance(folder: Path, prompts: list[list[int]], reference: lis
 
 
 def test_chunked_prefill_matches_unconstrained(
-    folder: Path, prompts: list[list[int]], reference: list[list[int]],
+    folder: Path,
+    prompts: list[list[int]],
+    reference: list[list[int]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     llm = make_llm(folder, max_num_batched_tokens=16)
@@ -101,14 +109,17 @@ def test_chunked_prefill_matches_unconstrained(
     assert any(c + n < p for c, n, p in chunks), "no prompt was split into chunks"
     assert any(c > 0 for c, _, p in chunks), "no chunk continued a partly computed prompt"
     mixed = [
-        step for step in log.steps
+        step
+        for step in log.steps
         if any(c >= p for _, c, _, p in step) and any(c < p for _, c, _, p in step)
     ]
     assert mixed, "no step mixed decodes with a prefill chunk"
 
 
 def test_preemption_matches_unconstrained(
-    folder: Path, prompts: list[list[int]], reference: list[list[int]],
+    folder: Path,
+    prompts: list[list[int]],
+    reference: list[list[int]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # 12 blocks = 192 tokens: the longest request (100 + 32) fits alone, the batch (~780) never
@@ -127,14 +138,15 @@ def test_preemption_matches_unconstrained(
 def test_chunked_prefill_with_preemption_matches_unconstrained(
     folder: Path, prompts: list[list[int]], reference: list[list[int]]
 ) -> None:
-    llm = make_llm(folder, max_num_batched_tokens=16, num_gpu_blocks_override=12,
-                   max_model_len=192)
+    llm = make_llm(folder, max_num_batched_tokens=16, num_gpu_blocks_override=12, max_model_len=192)
     assert token_ids(llm, prompts) == reference
     assert scheduler_of(llm).num_preemptions > 0
 
 
 def test_max_num_seqs_matches_unconstrained(
-    folder: Path, prompts: list[list[int]], reference: list[list[int]],
+    folder: Path,
+    prompts: list[list[int]],
+    reference: list[list[int]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     llm = make_llm(folder, max_num_seqs=3)

@@ -29,10 +29,19 @@ def run_workload(
     rng = random.Random(1)
     prompts = [[rng.randrange(512) for _ in range(n)] for n in PROMPT_LENS]
     params = [SamplingParams(temperature=0, max_tokens=m, ignore_eos=True) for m in MAX_TOKENS]
-    llm = LLM(str(folder), max_model_len=256, max_num_batched_tokens=24, max_num_seqs=3,
-              multiprocess=False, cpu_kv_cache_bytes=1 << 22,
-              compilation_config={"cudagraph_mode": mode, "cudagraph_capture_sizes": SIZES,
-                                  **compilation})
+    llm = LLM(
+        str(folder),
+        max_model_len=256,
+        max_num_batched_tokens=24,
+        max_num_seqs=3,
+        multiprocess=False,
+        cpu_kv_cache_bytes=1 << 22,
+        compilation_config={
+            "cudagraph_mode": mode,
+            "cudagraph_capture_sizes": SIZES,
+            **compilation,
+        },
+    )
     try:
         runner = llm.engine.client.core.runner
         if mode != "NONE":
@@ -76,8 +85,9 @@ def test_piecewise_equals_none(reference, tiny_checkpoint, tmp_path, monkeypatch
 
 
 def test_full_and_piecewise_equals_none(reference, tiny_checkpoint, tmp_path):
-    got, c, steps = run_workload(tiny_checkpoint("llama"), "FULL_AND_PIECEWISE",
-                                 cache_dir=str(tmp_path))
+    got, c, steps = run_workload(
+        tiny_checkpoint("llama"), "FULL_AND_PIECEWISE", cache_dir=str(tmp_path)
+    )
     assert got == reference
     # FULL decode graphs only up to max_num_seqs=3 requests (sizes 1, 2), pieces for every size
     assert c["num_graphs"] == 2 + len(SIZES)
@@ -93,15 +103,16 @@ def test_full_and_piecewise_equals_none(reference, tiny_checkpoint, tmp_path):
 
 
 def test_piecewise_equals_none_qwen3(tiny_checkpoint, tmp_path):
-    """Qwen3's per-head q/k norms put more ops into each piece (Qwen2's split: tests/compilation)."""
+    """Qwen3's per-head q/k norms put more ops into each piece (Qwen2: tests/compilation)."""
     folder = tiny_checkpoint("qwen3")
     ref, _, _ = run_workload(folder, "NONE")
     got, c, _ = run_workload(folder, "PIECEWISE", cache_dir=str(tmp_path))
     assert got == ref and c["steps_PIECEWISE"] >= 20
 
 
-def test_debug_mode_catches_a_runner_that_hands_pieces_fresh_inputs(tiny_checkpoint, tmp_path,
-                                                                    monkeypatch):
+def test_debug_mode_catches_a_runner_that_hands_pieces_fresh_inputs(
+    tiny_checkpoint, tmp_path, monkeypatch
+):
     """The runner's contract: input_ids/positions are views of its static buffers. A runner that
     passes copies would make the first piece replay stale inputs; debug mode says so at once."""
     from vgraph.worker.model_runner import ModelRunner

@@ -50,8 +50,13 @@ CASES = [
     ("logprobs too large", "completions", body(logprobs=50), 400, "logprobs"),
     ("empty stop string", "completions", body(stop=[""]), 400, "stop"),
     ("presence_penalty", "completions", body(presence_penalty=1.0), 400, "presence_penalty"),
-    ("stream_options without stream", "completions",
-     body(stream_options={"include_usage": True}), 400, "stream_options"),
+    (
+        "stream_options without stream",
+        "completions",
+        body(stream_options={"include_usage": True}),
+        400,
+        "stream_options",
+    ),
     ("unknown model", "completions", body(model="gpt-17"), 404, "model"),
     ("empty prompt", "completions", body(prompt=""), 400, "prompt"),
     ("empty prompt, streaming", "completions", body(prompt="", stream=True), 400, "prompt"),
@@ -61,17 +66,41 @@ CASES = [
     ("huge token id", "completions", body(prompt=[2**80]), 400, "prompt"),
     ("prompt over max_model_len", "completions", body(prompt=list(range(300))), 400, "prompt"),
     ("no messages", "chat/completions", b'{"messages": []}', 400, "messages"),
-    ("unknown role", "chat/completions",
-     json.dumps({"messages": [{"role": "robot", "content": "hi"}]}).encode(), 400, "messages"),
-    ("content wrong type", "chat/completions",
-     json.dumps({"messages": [{"role": "user", "content": 5}]}).encode(), 400, "messages"),
-    ("top_logprobs without logprobs", "chat/completions",
-     json.dumps({"messages": MSG, "top_logprobs": 2}).encode(), 400, "top_logprobs"),
-    ("chat over max_model_len", "chat/completions",
-     json.dumps({"messages": [{"role": "user", "content": "word " * 400}]}).encode(), 400,
-     "messages"),
-    ("chat unknown model", "chat/completions",
-     json.dumps({"messages": MSG, "model": "nope"}).encode(), 404, "model"),
+    (
+        "unknown role",
+        "chat/completions",
+        json.dumps({"messages": [{"role": "robot", "content": "hi"}]}).encode(),
+        400,
+        "messages",
+    ),
+    (
+        "content wrong type",
+        "chat/completions",
+        json.dumps({"messages": [{"role": "user", "content": 5}]}).encode(),
+        400,
+        "messages",
+    ),
+    (
+        "top_logprobs without logprobs",
+        "chat/completions",
+        json.dumps({"messages": MSG, "top_logprobs": 2}).encode(),
+        400,
+        "top_logprobs",
+    ),
+    (
+        "chat over max_model_len",
+        "chat/completions",
+        json.dumps({"messages": [{"role": "user", "content": "word " * 400}]}).encode(),
+        400,
+        "messages",
+    ),
+    (
+        "chat unknown model",
+        "chat/completions",
+        json.dumps({"messages": MSG, "model": "nope"}).encode(),
+        404,
+        "model",
+    ),
 ]
 
 
@@ -81,10 +110,12 @@ def http(server: ServerProcess) -> httpx.Client:
         yield client
 
 
-@pytest.mark.parametrize(("name", "path", "raw", "status", "param"), CASES,
-                         ids=[c[0] for c in CASES])
-def test_bad_request(http: httpx.Client, name: str, path: str, raw: bytes, status: int,
-                     param: str | None) -> None:
+@pytest.mark.parametrize(
+    ("name", "path", "raw", "status", "param"), CASES, ids=[c[0] for c in CASES]
+)
+def test_bad_request(
+    http: httpx.Client, name: str, path: str, raw: bytes, status: int, param: str | None
+) -> None:
     resp = http.post(path, content=raw, headers={"Content-Type": "application/json"})
     assert resp.status_code == status, resp.text[:500]
     err = resp.json()["error"]
@@ -104,8 +135,7 @@ def test_other_http_errors(server: ServerProcess) -> None:
 def test_server_unhurt_after_bad_requests(server: ServerProcess, http: httpx.Client) -> None:
     assert len(CASES) >= 20
     assert server.health() == 200
-    resp = http.post("completions", json={"prompt": "Hello", "max_tokens": 3,
-                                          "ignore_eos": True})
+    resp = http.post("completions", json={"prompt": "Hello", "max_tokens": 3, "ignore_eos": True})
     assert resp.status_code == 200 and resp.json()["usage"]["completion_tokens"] == 3
     wait_until(lambda: metric(server, "num_requests_running") == 0, 30, "an idle engine")
     assert metric(server, "kv_cache_usage_perc") == 0.0

@@ -26,15 +26,32 @@ from tests.e2e.serve_utils import (
 )
 from tests.e2e.test_serve_openai import metric
 
-ISSUE_FLAGS = ["--compilation-config", "--enforce-eager", "--host", "--port", "--api-key",
-               "--served-model-name", "--max-num-seqs", "--max-model-len",
-               "--max-num-batched-tokens", "--attention-backend", "--load-format", "--dtype",
-               "--seed"]
+ISSUE_FLAGS = [
+    "--compilation-config",
+    "--enforce-eager",
+    "--host",
+    "--port",
+    "--api-key",
+    "--served-model-name",
+    "--max-num-seqs",
+    "--max-model-len",
+    "--max-num-batched-tokens",
+    "--attention-backend",
+    "--load-format",
+    "--dtype",
+    "--seed",
+]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "vgraph.entrypoints.cli", *args], check=False,
-                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "vgraph.entrypoints.cli", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
 
 
 def test_serve_help_documents_every_flag() -> None:
@@ -45,10 +62,13 @@ def test_serve_help_documents_every_flag() -> None:
     assert "VGRAPH_API_KEY" in out.stdout and "127.0.0.1" in out.stdout
 
 
-@pytest.mark.parametrize(("value", "words"), [
-    ("{bad json", "not valid JSON"),
-    ('{"cudagraph_mdoe": "FULL"}', "cudagraph_mdoe"),
-])
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("{bad json", "not valid JSON"),
+        ('{"cudagraph_mdoe": "FULL"}', "cudagraph_mdoe"),
+    ],
+)
 def test_malformed_compilation_config_exits_before_loading(value: str, words: str) -> None:
     # the model folder does not exist: the config error must come first
     out = cli("serve", "/no/such/model", "--compilation-config", value)
@@ -58,8 +78,9 @@ def test_malformed_compilation_config_exits_before_loading(value: str, words: st
 
 
 def test_api_key_then_graceful_sigterm(serve_model_dir: Path, tmp_path: Path) -> None:
-    srv = ServerProcess(serve_model_dir, tmp_path, "--api-key", "s3cret",
-                        "--served-model-name", "tiny")
+    srv = ServerProcess(
+        serve_model_dir, tmp_path, "--api-key", "s3cret", "--served-model-name", "tiny"
+    )
     try:
         srv.wait_healthy()
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
@@ -75,17 +96,24 @@ def test_api_key_then_graceful_sigterm(serve_model_dir: Path, tmp_path: Path) ->
 
         kids = children_of(srv.proc.pid)
         assert kids  # the engine core (and multiprocessing's resource tracker)
-        body = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 60,
-                "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+        body = {
+            "model": "tiny",
+            "prompt": "Once upon a time",
+            "max_tokens": 60,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         headers = {"Authorization": "Bearer s3cret"}
-        with httpx.stream("POST", f"{srv.url}/v1/completions", json=body, headers=headers,
-                          timeout=60) as resp:
+        with httpx.stream(
+            "POST", f"{srv.url}/v1/completions", json=body, headers=headers, timeout=60
+        ) as resp:
             lines = resp.iter_lines()
             events = [next(line for line in lines if line.startswith("data: "))]
             srv.proc.send_signal(signal.SIGTERM)  # mid-stream
             events += [line for line in lines if line.startswith("data: ")]
         assert events[-1] == "data: [DONE]"  # the in-flight request was allowed to finish
-        assert json.loads(events[-2][len("data: "):])["usage"]["completion_tokens"] == 60
+        assert json.loads(events[-2][len("data: ") :])["usage"]["completion_tokens"] == 60
         assert srv.proc.wait(60) == 0
         wait_until(lambda: not any(pid_alive(p) for p in kids), 10, "the children to exit")
         assert not list(srv.tmpdir.glob("vgraph-*"))  # the IPC folder is gone
@@ -94,8 +122,13 @@ def test_api_key_then_graceful_sigterm(serve_model_dir: Path, tmp_path: Path) ->
 
 
 async def _stream_until_error(client: openai.AsyncOpenAI, started: asyncio.Event) -> float:
-    stream = await client.completions.create(model="tiny-serve", prompt="Once", max_tokens=240,
-                                             stream=True, extra_body={"ignore_eos": True})
+    stream = await client.completions.create(
+        model="tiny-serve",
+        prompt="Once",
+        max_tokens=240,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
     try:
         async for _ in stream:
             started.set()
@@ -106,12 +139,17 @@ async def _stream_until_error(client: openai.AsyncOpenAI, started: asyncio.Event
 
 async def _kill_during_generation(srv: ServerProcess) -> None:
     http = httpx.AsyncClient(timeout=60)
-    client = openai.AsyncOpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0,
-                                http_client=http)
+    client = openai.AsyncOpenAI(
+        base_url=f"{srv.url}/v1", api_key="x", max_retries=0, http_client=http
+    )
     started = [asyncio.Event() for _ in range(3)]
     streams = [asyncio.create_task(_stream_until_error(client, e)) for e in started]
-    plain = asyncio.create_task(http.post(f"{srv.url}/v1/completions", json={
-        "prompt": "Twice", "max_tokens": 240, "ignore_eos": True}))
+    plain = asyncio.create_task(
+        http.post(
+            f"{srv.url}/v1/completions",
+            json={"prompt": "Twice", "max_tokens": 240, "ignore_eos": True},
+        )
+    )
     await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started)), 60)
     killed = time.monotonic()
     os.kill(srv.engine_pid(), signal.SIGKILL)
@@ -129,8 +167,9 @@ def test_engine_sigkill_fails_requests_fast(serve_model_dir: Path, tmp_path: Pat
         asyncio.run(_kill_during_generation(srv))
         assert srv.health() == 503
         assert metric(srv, "engine_dead") == 1.0
-        resp = httpx.post(f"{srv.url}/v1/chat/completions",
-                          json={"messages": [{"role": "user", "content": "hi"}]})
+        resp = httpx.post(
+            f"{srv.url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}
+        )
         assert resp.status_code == 503 and resp.json()["error"]["type"]
         kids = children_of(srv.proc.pid)
         assert srv.stop(sig=signal.SIGINT) == 0  # Ctrl-C: as graceful as SIGTERM

@@ -25,9 +25,14 @@ STEADY_RATE = 50.0  # requests per second
 async def stream_one(client: openai.AsyncOpenAI, model: str, i: int) -> int:
     """One streaming completion; returns its completion token count (checked two ways)."""
     stream = await client.completions.create(
-        model=model, prompt=f"Request number {i} says", max_tokens=MAX_TOKENS, temperature=0,
-        stream=True, stream_options={"include_usage": True},
-        extra_body={"ignore_eos": True})
+        model=model,
+        prompt=f"Request number {i} says",
+        max_tokens=MAX_TOKENS,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    )
     num_chunks, finish, usage = 0, None, None
     async for chunk in stream:
         if chunk.choices:
@@ -45,11 +50,13 @@ async def run_load(server: ServerProcess) -> list[int | BaseException]:
     # it fails on the client side (no retries here), which is not what this test is about
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
     http = httpx.AsyncClient(limits=limits, timeout=120)
-    client = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0,
-                                http_client=http)
+    client = openai.AsyncOpenAI(
+        base_url=f"{server.url}/v1", api_key="x", max_retries=0, http_client=http
+    )
     async with http:
-        tasks = [asyncio.create_task(stream_one(client, server.model_name, i))
-                 for i in range(NUM_BURST)]
+        tasks = [
+            asyncio.create_task(stream_one(client, server.model_name, i)) for i in range(NUM_BURST)
+        ]
         for i in range(NUM_STEADY):
             tasks.append(asyncio.create_task(stream_one(client, server.model_name, NUM_BURST + i)))
             await asyncio.sleep(1.0 / STEADY_RATE)
@@ -61,8 +68,14 @@ def test_load_every_request_completes(server: ServerProcess) -> None:
     errors = [r for r in results if isinstance(r, BaseException)]
     assert not errors, [(e, e.__cause__) for e in errors[:3]]
     assert results == [MAX_TOKENS] * (NUM_BURST + NUM_STEADY)
-    wait_until(lambda: metric(server, "num_requests_running") == 0
-               and metric(server, "num_requests_waiting") == 0, 30, "an idle engine")
+    wait_until(
+        lambda: (
+            metric(server, "num_requests_running") == 0
+            and metric(server, "num_requests_waiting") == 0
+        ),
+        30,
+        "an idle engine",
+    )
     assert metric(server, "kv_cache_usage_perc") == 0.0
     n = NUM_BURST + NUM_STEADY
     assert metric(server, "request_success_total") >= n
@@ -78,14 +91,43 @@ def test_load_every_request_completes(server: ServerProcess) -> None:
 def test_bench_serve(server: ServerProcess, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "vgraph.entrypoints.cli", "bench", "serve", "--base-url",
-         server.url, "--num-prompts", "12", "--input-len", "16", "--output-len", "6",
-         "--max-concurrency", "4", "--request-rate", "100", "--result-file", str(out)],
-        check=False, capture_output=True, text=True, timeout=180, cwd=REPO)
+        [
+            sys.executable,
+            "-m",
+            "vgraph.entrypoints.cli",
+            "bench",
+            "serve",
+            "--base-url",
+            server.url,
+            "--num-prompts",
+            "12",
+            "--input-len",
+            "16",
+            "--output-len",
+            "6",
+            "--max-concurrency",
+            "4",
+            "--request-rate",
+            "100",
+            "--result-file",
+            str(out),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for line in ("Successful requests:", "Request throughput (req/s):",
-                 "Output token throughput (tok/s):", "Median TTFT (ms):", "P99 TPOT (ms):",
-                 "Mean ITL (ms):", "P99 E2EL (ms):"):
+    for line in (
+        "Successful requests:",
+        "Request throughput (req/s):",
+        "Output token throughput (tok/s):",
+        "Median TTFT (ms):",
+        "P99 TPOT (ms):",
+        "Mean ITL (ms):",
+        "P99 E2EL (ms):",
+    ):
         assert line in proc.stdout, proc.stdout
     report = json.loads(out.read_text())
     assert report["completed"] == 12 and report["failed"] == 0

@@ -24,8 +24,9 @@ def client(server: ServerProcess) -> openai.OpenAI:
 
 @pytest.fixture(scope="module")
 def offline(serve_model_dir: Path) -> Iterator[LLM]:
-    llm = LLM(str(serve_model_dir), multiprocess=False, max_model_len=256,
-              num_gpu_blocks_override=256)
+    llm = LLM(
+        str(serve_model_dir), multiprocess=False, max_model_len=256, num_gpu_blocks_override=256
+    )
     yield llm
     llm.shutdown()
 
@@ -43,8 +44,9 @@ def test_models_version_health(server: ServerProcess, client: openai.OpenAI) -> 
 
 def test_completion_equals_offline(client: openai.OpenAI, offline: LLM, server) -> None:
     ref = offline.generate(PROMPT, greedy(12), use_tqdm=False)[0]
-    got = client.completions.create(model=server.model_name, prompt=PROMPT, max_tokens=12,
-                                    temperature=0)
+    got = client.completions.create(
+        model=server.model_name, prompt=PROMPT, max_tokens=12, temperature=0
+    )
     choice = got.choices[0]
     assert choice.text == ref.outputs[0].text
     assert choice.finish_reason == ref.outputs[0].finish_reason
@@ -53,16 +55,25 @@ def test_completion_equals_offline(client: openai.OpenAI, offline: LLM, server) 
     assert got.usage.total_tokens == got.usage.prompt_tokens + got.usage.completion_tokens
 
     ids = ref.prompt_token_ids  # a token-id prompt answers the same
-    by_ids = client.completions.create(model=server.model_name, prompt=ids, max_tokens=12,
-                                       temperature=0)
+    by_ids = client.completions.create(
+        model=server.model_name, prompt=ids, max_tokens=12, temperature=0
+    )
     assert by_ids.choices[0].text == ref.outputs[0].text
 
 
 def test_completion_stream_equals_offline(client: openai.OpenAI, offline: LLM, server) -> None:
     ref = offline.generate(PROMPT, greedy(12, ignore_eos=True), use_tqdm=False)[0].outputs[0]
-    chunks = list(client.completions.create(
-        model=server.model_name, prompt=PROMPT, max_tokens=12, temperature=0, stream=True,
-        stream_options={"include_usage": True}, extra_body={"ignore_eos": True}))
+    chunks = list(
+        client.completions.create(
+            model=server.model_name,
+            prompt=PROMPT,
+            max_tokens=12,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
+    )
     text = "".join(c.choices[0].text for c in chunks if c.choices)
     assert text == ref.text
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
@@ -78,16 +89,22 @@ def test_completion_stream_equals_offline(client: openai.OpenAI, offline: LLM, s
 
 def test_chat_equals_offline(client: openai.OpenAI, offline: LLM, server) -> None:
     ref = offline.chat(MESSAGES, greedy(10), use_tqdm=False)[0]
-    got = client.chat.completions.create(model=server.model_name, messages=MESSAGES,
-                                         max_tokens=10, temperature=0)
+    got = client.chat.completions.create(
+        model=server.model_name, messages=MESSAGES, max_tokens=10, temperature=0
+    )
     assert got.choices[0].message.role == "assistant"
     assert got.choices[0].message.content == ref.outputs[0].text
     assert got.usage.prompt_tokens == len(ref.prompt_token_ids)
     assert got.usage.completion_tokens == len(ref.outputs[0].token_ids)
 
     stream = client.chat.completions.create(
-        model=server.model_name, messages=MESSAGES, max_tokens=10, temperature=0, stream=True,
-        stream_options={"include_usage": True})
+        model=server.model_name,
+        messages=MESSAGES,
+        max_tokens=10,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     chunks = list(stream)
     assert chunks[0].choices[0].delta.role == "assistant"
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -98,8 +115,14 @@ def test_chat_equals_offline(client: openai.OpenAI, offline: LLM, server) -> Non
 def test_n_samples_seeded(client: openai.OpenAI, server) -> None:
     def ask():
         return client.completions.create(
-            model=server.model_name, prompt=PROMPT, max_tokens=6, n=3, temperature=1.0,
-            seed=7, extra_body={"ignore_eos": True})
+            model=server.model_name,
+            prompt=PROMPT,
+            max_tokens=6,
+            n=3,
+            temperature=1.0,
+            seed=7,
+            extra_body={"ignore_eos": True},
+        )
 
     first, second = ask(), ask()
     assert sorted(c.index for c in first.choices) == [0, 1, 2]
@@ -107,50 +130,85 @@ def test_n_samples_seeded(client: openai.OpenAI, server) -> None:
     assert [c.text for c in first.choices] == [c.text for c in second.choices]
     assert len({c.text for c in first.choices}) > 1  # distinct seeds per sample
 
-    chat = client.chat.completions.create(model=server.model_name, messages=MESSAGES, n=2,
-                                          max_tokens=4, temperature=0.8, seed=1, stream=True)
+    chat = client.chat.completions.create(
+        model=server.model_name,
+        messages=MESSAGES,
+        n=2,
+        max_tokens=4,
+        temperature=0.8,
+        seed=1,
+        stream=True,
+    )
     seen: dict[int, str] = {}
     for c in chat:
         for ch in c.choices:
             seen[ch.index] = seen.get(ch.index, "") + (ch.delta.content or "")
     assert sorted(seen) == [0, 1]
 
-    batch = client.completions.create(model=server.model_name, prompt=[PROMPT, "Hello"],
-                                      max_tokens=3, n=2, temperature=0)
+    batch = client.completions.create(
+        model=server.model_name, prompt=[PROMPT, "Hello"], max_tokens=3, n=2, temperature=0
+    )
     assert sorted(c.index for c in batch.choices) == [0, 1, 2, 3]
     assert batch.choices[0].text == batch.choices[1].text  # greedy: both samples agree
 
 
 def test_stop_strings(client: openai.OpenAI, server) -> None:
-    full = client.completions.create(model=server.model_name, prompt=PROMPT, max_tokens=16,
-                                     temperature=0, extra_body={"ignore_eos": True})
+    full = client.completions.create(
+        model=server.model_name,
+        prompt=PROMPT,
+        max_tokens=16,
+        temperature=0,
+        extra_body={"ignore_eos": True},
+    )
     text = full.choices[0].text
-    stop = next(text[i:i + 3] for i in range(len(text) // 2, len(text) - 3)
-                if text[i:i + 3].strip() == text[i:i + 3])
+    stop = next(
+        text[i : i + 3]
+        for i in range(len(text) // 2, len(text) - 3)
+        if text[i : i + 3].strip() == text[i : i + 3]
+    )
     cut = text.index(stop)
-    got = client.completions.create(model=server.model_name, prompt=PROMPT, max_tokens=16,
-                                    temperature=0, stop=[stop], extra_body={"ignore_eos": True})
+    got = client.completions.create(
+        model=server.model_name,
+        prompt=PROMPT,
+        max_tokens=16,
+        temperature=0,
+        stop=[stop],
+        extra_body={"ignore_eos": True},
+    )
     assert got.choices[0].text == text[:cut]
     assert got.choices[0].finish_reason == "stop"
-    streamed = client.completions.create(model=server.model_name, prompt=PROMPT, max_tokens=16,
-                                         temperature=0, stop=stop, stream=True,
-                                         extra_body={"ignore_eos": True})
+    streamed = client.completions.create(
+        model=server.model_name,
+        prompt=PROMPT,
+        max_tokens=16,
+        temperature=0,
+        stop=stop,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
     assert "".join(c.choices[0].text for c in streamed if c.choices) == text[:cut]
     kept = client.completions.create(
-        model=server.model_name, prompt=PROMPT, max_tokens=16, temperature=0, stop=[stop],
-        extra_body={"ignore_eos": True, "include_stop_str_in_output": True})
-    assert kept.choices[0].text == text[:cut + len(stop)]
+        model=server.model_name,
+        prompt=PROMPT,
+        max_tokens=16,
+        temperature=0,
+        stop=[stop],
+        extra_body={"ignore_eos": True, "include_stop_str_in_output": True},
+    )
+    assert kept.choices[0].text == text[: cut + len(stop)]
 
 
 def test_completion_logprobs(client: openai.OpenAI, offline: LLM, server) -> None:
     ref = offline.generate(PROMPT, greedy(5, logprobs=3), use_tqdm=False)[0].outputs[0]
-    got = client.completions.create(model=server.model_name, prompt=PROMPT, max_tokens=5,
-                                    temperature=0, logprobs=3).choices[0]
+    got = client.completions.create(
+        model=server.model_name, prompt=PROMPT, max_tokens=5, temperature=0, logprobs=3
+    ).choices[0]
     lp = got.logprobs
     assert "".join(lp.tokens) == got.text
     assert len(lp.token_logprobs) == len(ref.token_ids) == 5
-    for token_id, value, top, want in zip(ref.token_ids, lp.token_logprobs, lp.top_logprobs,
-                                          ref.logprobs):
+    for token_id, value, top, want in zip(
+        ref.token_ids, lp.token_logprobs, lp.top_logprobs, ref.logprobs
+    ):
         assert value == pytest.approx(want[token_id].logprob, abs=1e-4)
         assert 3 <= len(top) <= 4
         assert max(top.values()) == pytest.approx(value, abs=1e-4)  # greedy: the top token
@@ -158,9 +216,14 @@ def test_completion_logprobs(client: openai.OpenAI, offline: LLM, server) -> Non
 
 
 def test_chat_logprobs(client: openai.OpenAI, server) -> None:
-    got = client.chat.completions.create(model=server.model_name, messages=MESSAGES,
-                                         max_tokens=4, temperature=0, logprobs=True,
-                                         top_logprobs=2)
+    got = client.chat.completions.create(
+        model=server.model_name,
+        messages=MESSAGES,
+        max_tokens=4,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+    )
     content = got.choices[0].logprobs.content
     assert len(content) == got.usage.completion_tokens == 4
     assert "".join(t.token for t in content) == got.choices[0].message.content
@@ -177,8 +240,14 @@ def test_disconnect_aborts_and_frees_blocks(server: ServerProcess) -> None:
         lines = resp.iter_lines()
         assert next(line for line in lines if line.startswith("data: "))
     # the connection is closed: the request must be aborted and its KV blocks freed
-    wait_until(lambda: metric(server, "num_requests_running") == 0
-               and metric(server, "kv_cache_usage_perc") == 0.0, 30, "the abort")
+    wait_until(
+        lambda: (
+            metric(server, "num_requests_running") == 0
+            and metric(server, "kv_cache_usage_perc") == 0.0
+        ),
+        30,
+        "the abort",
+    )
     assert metric(server, "generation_tokens_total") - before < 240  # it did not run to the end
 
 

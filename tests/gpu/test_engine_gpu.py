@@ -42,8 +42,15 @@ def prompts(n: int = 4, vocab: int = 512) -> list[list[int]]:
 @pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3"])
 def tiny(request, tmp_path_factory):
     """head_dim 64: a size the csrc CUDA kernels (the default backend on CUDA) support."""
-    return str(make_tiny_model(request.param, tmp_path_factory.mktemp(request.param),
-                               hidden_size=256, num_attention_heads=4, head_dim=64))
+    return str(
+        make_tiny_model(
+            request.param,
+            tmp_path_factory.mktemp(request.param),
+            hidden_size=256,
+            num_attention_heads=4,
+            head_dim=64,
+        )
+    )
 
 
 def hf_logprobs(folder: str, seq: list[int]) -> torch.Tensor:
@@ -58,8 +65,14 @@ def hf_logprobs(folder: str, seq: list[int]) -> torch.Tensor:
 
 
 def test_tiny_models_logprobs_close_to_transformers(tiny):
-    llm = LLM(tiny, dtype="bfloat16", max_model_len=256, multiprocess=False, enforce_eager=True,
-              gpu_memory_utilization=0.25)
+    llm = LLM(
+        tiny,
+        dtype="bfloat16",
+        max_model_len=256,
+        multiprocess=False,
+        enforce_eager=True,
+        gpu_memory_utilization=0.25,
+    )
     params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, logprobs=5)
     for prompt, out in zip(prompts(), llm.generate(prompts(), params, use_tqdm=False)):
         comp = out.outputs[0]
@@ -73,17 +86,30 @@ def test_tiny_models_logprobs_close_to_transformers(tiny):
 def test_full_graphs_equal_none_bf16(tiny):
     runs = {}
     for mode in ("NONE", "FULL_DECODE_ONLY", "FULL"):
-        llm = LLM(tiny, dtype="bfloat16", max_model_len=256, multiprocess=False,
-                  gpu_memory_utilization=0.25,
-                  max_num_batched_tokens=32,  # chunked prefills mix with decodes
-                  compilation_config={"cudagraph_mode": mode, "splitting_ops": [],
-                                      "cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32]})
-        params = [SamplingParams(temperature=0, max_tokens=m, ignore_eos=True, logprobs=1)
-                  for m in (6, 14, 9, 20)]
+        llm = LLM(
+            tiny,
+            dtype="bfloat16",
+            max_model_len=256,
+            multiprocess=False,
+            gpu_memory_utilization=0.25,
+            max_num_batched_tokens=32,  # chunked prefills mix with decodes
+            compilation_config={
+                "cudagraph_mode": mode,
+                "splitting_ops": [],
+                "cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32],
+            },
+        )
+        params = [
+            SamplingParams(temperature=0, max_tokens=m, ignore_eos=True, logprobs=1)
+            for m in (6, 14, 9, 20)
+        ]
         outs = llm.generate(prompts(), params, use_tqdm=False)
         runner = llm.engine.client.core.runner
-        runs[mode] = ([o.outputs[0].token_ids for o in outs], runner.counters(),
-                      [o.outputs[0].logprobs for o in outs])
+        runs[mode] = (
+            [o.outputs[0].token_ids for o in outs],
+            runner.counters(),
+            [o.outputs[0].logprobs for o in outs],
+        )
         del llm, runner, outs
         gc.collect()
         torch.cuda.empty_cache()
@@ -101,17 +127,31 @@ def test_full_graphs_equal_none_bf16(tiny):
 
 @pytest.mark.parametrize("name", ["Llama-3.2-1B", "Qwen3-0.6B", "SmolLM2-135M"])
 def test_real_architectures_generate_with_dummy_weights(name):
-    llm = LLM(name, load_format="dummy", max_model_len=1024, multiprocess=False,
-              enforce_eager=True, gpu_memory_utilization=0.25)
-    out = llm.generate([list(range(1, 40))], SamplingParams(temperature=0, max_tokens=8,
-                                                            ignore_eos=True), use_tqdm=False)
+    llm = LLM(
+        name,
+        load_format="dummy",
+        max_model_len=1024,
+        multiprocess=False,
+        enforce_eager=True,
+        gpu_memory_utilization=0.25,
+    )
+    out = llm.generate(
+        [list(range(1, 40))],
+        SamplingParams(temperature=0, max_tokens=8, ignore_eos=True),
+        use_tqdm=False,
+    )
     assert len(out[0].outputs[0].token_ids) == 8
 
 
 def test_capture_default_list_llama_1b(capsys):
-    llm = LLM("Llama-3.2-1B", load_format="dummy", max_model_len=2048, multiprocess=False,
-              gpu_memory_utilization=0.25,
-              compilation_config={"cudagraph_mode": "FULL"})
+    llm = LLM(
+        "Llama-3.2-1B",
+        load_format="dummy",
+        max_model_len=2048,
+        multiprocess=False,
+        gpu_memory_utilization=0.25,
+        compilation_config={"cudagraph_mode": "FULL"},
+    )
     runner = llm.engine.client.core.runner
     sizes = llm.config.compilation_config.cudagraph_capture_sizes
     c = runner.counters()
@@ -119,9 +159,14 @@ def test_capture_default_list_llama_1b(capsys):
     assert c["num_graphs"] == len(runner.dispatcher.capture_keys()) > len(sizes)
     assert c["graph_memory_bytes"] > 0
     with capsys.disabled():
-        print(f"\nLlama-3.2-1B default capture list: {int(c['num_graphs'])} graphs "
-              f"({llm.config.attention_backend}), {c['capture_seconds']:.1f} s, "
-              f"{c['graph_memory_bytes'] / 2**20:.1f} MiB")
-    out = llm.generate([list(range(1, 30))] * 3, SamplingParams(temperature=0, max_tokens=4,
-                                                                 ignore_eos=True), use_tqdm=False)
+        print(
+            f"\nLlama-3.2-1B default capture list: {int(c['num_graphs'])} graphs "
+            f"({llm.config.attention_backend}), {c['capture_seconds']:.1f} s, "
+            f"{c['graph_memory_bytes'] / 2**20:.1f} MiB"
+        )
+    out = llm.generate(
+        [list(range(1, 30))] * 3,
+        SamplingParams(temperature=0, max_tokens=4, ignore_eos=True),
+        use_tqdm=False,
+    )
     assert all(len(o.outputs[0].token_ids) == 4 for o in out)

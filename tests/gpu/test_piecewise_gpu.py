@@ -29,18 +29,30 @@ NEAR_TIE = 0.1  # logprob margin between NONE's top two tokens under which a bf1
 
 
 def make_llm(folder: Path, mode: str, cache_dir: Path, **compilation: Any) -> LLM:
-    return LLM(str(folder), dtype="bfloat16", max_model_len=256, max_num_batched_tokens=24,
-               max_num_seqs=3, num_gpu_blocks_override=256, multiprocess=False,
-               compilation_config={"cudagraph_mode": mode, "cudagraph_capture_sizes": SIZES,
-                                   "cache_dir": str(cache_dir), **compilation})
+    return LLM(
+        str(folder),
+        dtype="bfloat16",
+        max_model_len=256,
+        max_num_batched_tokens=24,
+        max_num_seqs=3,
+        num_gpu_blocks_override=256,
+        multiprocess=False,
+        compilation_config={
+            "cudagraph_mode": mode,
+            "cudagraph_capture_sizes": SIZES,
+            "cache_dir": str(cache_dir),
+            **compilation,
+        },
+    )
 
 
 def generate(llm: LLM) -> tuple[list[list[int]], list[list[float]], dict[str, float]]:
     """-> (tokens, NONE-style margins between top-1 and top-2 logprob per token, counters)."""
     rng = random.Random(1)
     prompts = [[rng.randrange(512) for _ in range(n)] for n in PROMPT_LENS]
-    params = [SamplingParams(temperature=0, max_tokens=m, ignore_eos=True, logprobs=2)
-              for m in MAX_TOKENS]
+    params = [
+        SamplingParams(temperature=0, max_tokens=m, ignore_eos=True, logprobs=2) for m in MAX_TOKENS
+    ]
     outs = llm.generate(prompts, params, use_tqdm=False)
     tokens, margins = [], []
     for out in outs:
@@ -114,11 +126,13 @@ def test_replayed_pieces_equal_the_compiled_pieces_run_eagerly(folder, cache_dir
                 runner.buffers.positions.gpu[:n].copy_(torch.arange(n))
                 common = runner.build_common_metadata(step)
                 eager = runner.execute_forward(step, common).clone()
-                graph = runner.execute_forward(step, common, CUDAGraphMode.PIECEWISE,
-                                               BatchDescriptor(size))
+                graph = runner.execute_forward(
+                    step, common, CUDAGraphMode.PIECEWISE, BatchDescriptor(size)
+                )
                 torch.cuda.synchronize()
-                torch.testing.assert_close(graph[:n].float(), eager[:n].float(), atol=3e-2,
-                                           rtol=3e-2, msg=f"size {size}")
+                torch.testing.assert_close(
+                    graph[:n].float(), eager[:n].float(), atol=3e-2, rtol=3e-2, msg=f"size {size}"
+                )
     finally:
         llm.shutdown()
 

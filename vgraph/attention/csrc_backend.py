@@ -32,8 +32,14 @@ class CsrcAttentionImpl(AttentionImpl):
         ops = torch.ops.vgraph_C
         ops.reshape_and_cache(key, value, kv_cache[0], kv_cache[1], metadata.slot_mapping)
         ops.paged_attention(
-            output, query, kv_cache[0], kv_cache[1], metadata.query_start_loc,
-            metadata.seq_lens, metadata.block_table, self.scale,
+            output,
+            query,
+            kv_cache[0],
+            kv_cache[1],
+            metadata.query_start_loc,
+            metadata.seq_lens,
+            metadata.block_table,
+            self.scale,
         )
 
 

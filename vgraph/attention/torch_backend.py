@@ -92,7 +92,7 @@ class TorchAttentionImpl(AttentionImpl):
         block_size = kv_cache.shape[2]
         qsl = md.query_start_loc_cpu.tolist()
         seq_lens = md.seq_lens_cpu.tolist()
-        output[md.num_actual_tokens:].zero_()
+        output[md.num_actual_tokens :].zero_()
         for r in range(md.num_reqs):
             start, end, seq_len = qsl[r], qsl[r + 1], seq_lens[r]
             q_len = end - start

@@ -65,7 +65,8 @@ class _StepBuilder:
     def step(self, reqs: list[Request], num_scheduled: list[int]) -> SchedulerOutput:
         kv = self.core.scheduler.kv
         return SchedulerOutput(
-            requests=reqs, num_scheduled_tokens=num_scheduled,
+            requests=reqs,
+            num_scheduled_tokens=num_scheduled,
             block_ids=[kv.get_block_ids(r.request_id) for r in reqs],
         )
 
@@ -74,7 +75,7 @@ class _StepBuilder:
         reqs = [self.request(context_len + 1) for _ in range(batch)]
         per_step = max(1, self.core.config.scheduler_config.max_num_batched_tokens // context_len)
         for i in range(0, batch, per_step):
-            chunk = reqs[i:i + per_step]
+            chunk = reqs[i : i + per_step]
             self.core.runner.execute_model(self.step(chunk, [context_len] * len(chunk)))
         for r in reqs:
             r.num_computed_tokens = context_len
@@ -101,8 +102,11 @@ def time_steps(core: EngineCore, sched: SchedulerOutput, warmup: int, iters: int
 def bench_mode(args: argparse.Namespace, mode: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     config = VGraphConfig.create(
-        args.model, load_format=args.load_format, dtype=args.dtype,
-        attention_backend=args.attention_backend, max_model_len=args.max_model_len,
+        args.model,
+        load_format=args.load_format,
+        dtype=args.dtype,
+        attention_backend=args.attention_backend,
+        max_model_len=args.max_model_len,
         max_num_seqs=max(max(args.batch_sizes), 8),
         compilation_config={"cudagraph_mode": mode},
     )
@@ -110,9 +114,12 @@ def bench_mode(args: argparse.Namespace, mode: str) -> dict[str, Any]:
     startup_s = time.perf_counter() - t0
     b = _StepBuilder(core)
     result: dict[str, Any] = {
-        "mode": mode, "resolved_mode": config.compilation_config.cudagraph_mode.name,
-        "attention_backend": config.attention_backend, "startup_s": startup_s,
-        "decode_ms": {}, "runtime_modes": {},
+        "mode": mode,
+        "resolved_mode": config.compilation_config.cudagraph_mode.name,
+        "attention_backend": config.attention_backend,
+        "startup_s": startup_s,
+        "decode_ms": {},
+        "runtime_modes": {},
     }
     for batch in args.batch_sizes:
         reqs = b.prefilled(batch, args.context_len)
@@ -131,8 +138,11 @@ def bench_mode(args: argparse.Namespace, mode: str) -> dict[str, Any]:
         result["runtime_modes"]["mixed"] = _used_mode(before, core.runner.counters())
         b.release()
     c = core.runner.counters()
-    result.update(num_graphs=c["num_graphs"], capture_s=c["capture_seconds"],
-                  graph_memory_mib=c["graph_memory_bytes"] / 2**20)
+    result.update(
+        num_graphs=c["num_graphs"],
+        capture_s=c["capture_seconds"],
+        graph_memory_mib=c["graph_memory_bytes"] / 2**20,
+    )
     del core, b
     gc.collect()
     if torch.cuda.is_available():
@@ -146,9 +156,13 @@ def _used_mode(before: dict[str, float], after: dict[str, float]) -> str:
 
 
 def environment() -> dict[str, Any]:
-    env = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "torch": torch.__version__, "python": platform.python_version(),
-           "host": platform.node(), "cpu": platform.processor() or platform.machine()}
+    env = {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "host": platform.node(),
+        "cpu": platform.processor() or platform.machine(),
+    }
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name()
         env["cuda"] = torch.version.cuda
@@ -171,9 +185,16 @@ def print_table(model: str, results: list[dict[str, Any]], batch_sizes: list[int
 def main(args: argparse.Namespace) -> dict[str, Any]:
     results = [bench_mode(args, m) for m in args.modes]
     print_table(args.model, results, args.batch_sizes)
-    report = {"benchmark": "latency", "model": args.model, "load_format": args.load_format,
-              "context_len": args.context_len, "mixed": args.mixed, "num_iters": args.num_iters,
-              "environment": environment(), "results": results}
+    report = {
+        "benchmark": "latency",
+        "model": args.model,
+        "load_format": args.load_format,
+        "context_len": args.context_len,
+        "mixed": args.mixed,
+        "num_iters": args.num_iters,
+        "environment": environment(),
+        "results": results,
+    }
     if args.out:
         with open(args.out, "w") as f:
             json.dump(report, f, indent=2)

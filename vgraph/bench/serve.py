@@ -32,13 +32,25 @@ def add_cli_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--num-prompts", type=int, default=100)
     p.add_argument("--input-len", type=int, default=128, help="prompt length in tokens")
     p.add_argument("--output-len", type=int, default=128, help="max_tokens of each request")
-    p.add_argument("--vocab-size", type=int, default=512,
-                   help="prompt token ids are drawn from [0, vocab-size)")
-    p.add_argument("--request-rate", type=float, default=float("inf"),
-                   help="requests per second, Poisson arrivals (default: inf, all at once)")
+    p.add_argument(
+        "--vocab-size",
+        type=int,
+        default=512,
+        help="prompt token ids are drawn from [0, vocab-size)",
+    )
+    p.add_argument(
+        "--request-rate",
+        type=float,
+        default=float("inf"),
+        help="requests per second, Poisson arrivals (default: inf, all at once)",
+    )
     p.add_argument("--max-concurrency", type=int, default=None, help="most requests in flight")
-    p.add_argument("--ignore-eos", action=argparse.BooleanOptionalAction, default=True,
-                   help="generate exactly --output-len tokens (default: on)")
+    p.add_argument(
+        "--ignore-eos",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="generate exactly --output-len tokens (default: on)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--result-file", default="vgraph-bench-serve.json", help="JSON output path")
     return p
@@ -55,8 +67,9 @@ class RequestResult:
     itl: list[float] = field(default_factory=list)
 
 
-async def send_request(client: httpx.AsyncClient, url: str, body: dict[str, Any],
-                       prompt_len: int) -> RequestResult:
+async def send_request(
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], prompt_len: int
+) -> RequestResult:
     res = RequestResult(prompt_len=prompt_len)
     start = last = time.perf_counter()
     try:
@@ -67,7 +80,7 @@ async def send_request(client: httpx.AsyncClient, url: str, body: dict[str, Any]
             async for line in resp.aiter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
-                chunk = json.loads(line[len("data: "):])
+                chunk = json.loads(line[len("data: ") :])
                 if "error" in chunk:
                     res.error = chunk["error"].get("message", "error")
                     return res
@@ -91,17 +104,24 @@ async def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    async with httpx.AsyncClient(base_url=args.base_url, headers=headers, timeout=None,
-                                 limits=limits) as client:
+    async with httpx.AsyncClient(
+        base_url=args.base_url, headers=headers, timeout=None, limits=limits
+    ) as client:
         model = args.model
         if model is None:
             model = (await client.get("/v1/models")).json()["data"][0]["id"]
         gate = asyncio.Semaphore(args.max_concurrency or args.num_prompts or 1)
 
         async def one(prompt: list[int]) -> RequestResult:
-            body = {"model": model, "prompt": prompt, "max_tokens": args.output_len,
-                    "temperature": 0.0, "ignore_eos": args.ignore_eos, "stream": True,
-                    "stream_options": {"include_usage": True}}
+            body = {
+                "model": model,
+                "prompt": prompt,
+                "max_tokens": args.output_len,
+                "temperature": 0.0,
+                "ignore_eos": args.ignore_eos,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
             async with gate:
                 return await send_request(client, args.endpoint, body, len(prompt))
 
@@ -117,25 +137,38 @@ async def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     return summarize(args, model, results, duration)
 
 
-def summarize(args: argparse.Namespace, model: str, results: list[RequestResult],
-              duration: float) -> dict[str, Any]:
+def summarize(
+    args: argparse.Namespace, model: str, results: list[RequestResult], duration: float
+) -> dict[str, Any]:
     ok = [r for r in results if r.success]
     total_in = sum(r.prompt_len for r in ok)
     total_out = sum(r.output_tokens for r in ok)
     report: dict[str, Any] = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "model": model,
-        "base_url": args.base_url, "num_prompts": args.num_prompts, "input_len": args.input_len,
-        "output_len": args.output_len, "request_rate": str(args.request_rate),
-        "max_concurrency": args.max_concurrency, "completed": len(ok),
-        "failed": len(results) - len(ok), "errors": sorted({r.error for r in results if r.error}),
-        "duration": duration, "total_input_tokens": total_in, "total_output_tokens": total_out,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "model": model,
+        "base_url": args.base_url,
+        "num_prompts": args.num_prompts,
+        "input_len": args.input_len,
+        "output_len": args.output_len,
+        "request_rate": str(args.request_rate),
+        "max_concurrency": args.max_concurrency,
+        "completed": len(ok),
+        "failed": len(results) - len(ok),
+        "errors": sorted({r.error for r in results if r.error}),
+        "duration": duration,
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
         "request_throughput": len(ok) / duration,
         "output_throughput": total_out / duration,
         "total_token_throughput": (total_in + total_out) / duration,
     }
     tpots = [(r.e2e - r.ttft) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1]
-    series = {"ttft": [r.ttft for r in ok], "tpot": tpots,
-              "itl": [x for r in ok for x in r.itl], "e2el": [r.e2e for r in ok]}
+    series = {
+        "ttft": [r.ttft for r in ok],
+        "tpot": tpots,
+        "itl": [x for r in ok for x in r.itl],
+        "e2el": [r.e2e for r in ok],
+    }
     for name, values in series.items():
         ms = sorted(v * 1000 for v in values) or [0.0]
         report[f"mean_{name}_ms"] = statistics.fmean(ms)
@@ -147,18 +180,24 @@ def summarize(args: argparse.Namespace, model: str, results: list[RequestResult]
 
 def print_table(r: dict[str, Any]) -> None:
     print("{s:{c}^50}".format(s=" Serving Benchmark Result ", c="="))
-    rows = [("Successful requests:", r["completed"]), ("Failed requests:", r["failed"]),
-            ("Benchmark duration (s):", r["duration"]),
-            ("Total input tokens:", r["total_input_tokens"]),
-            ("Total generated tokens:", r["total_output_tokens"]),
-            ("Request throughput (req/s):", r["request_throughput"]),
-            ("Output token throughput (tok/s):", r["output_throughput"]),
-            ("Total Token throughput (tok/s):", r["total_token_throughput"])]
+    rows = [
+        ("Successful requests:", r["completed"]),
+        ("Failed requests:", r["failed"]),
+        ("Benchmark duration (s):", r["duration"]),
+        ("Total input tokens:", r["total_input_tokens"]),
+        ("Total generated tokens:", r["total_output_tokens"]),
+        ("Request throughput (req/s):", r["request_throughput"]),
+        ("Output token throughput (tok/s):", r["output_throughput"]),
+        ("Total Token throughput (tok/s):", r["total_token_throughput"]),
+    ]
     for label, value in rows:
         print(f"{label:<40}{value:<10.2f}" if isinstance(value, float) else f"{label:<40}{value}")
-    for name, title in (("ttft", "Time to First Token"),
-                        ("tpot", "Time per Output Token (excl. 1st token)"),
-                        ("itl", "Inter-token Latency"), ("e2el", "End-to-end Latency")):
+    for name, title in (
+        ("ttft", "Time to First Token"),
+        ("tpot", "Time per Output Token (excl. 1st token)"),
+        ("itl", "Inter-token Latency"),
+        ("e2el", "End-to-end Latency"),
+    ):
         print("{s:{c}^50}".format(s=title, c="-"))
         for stat in ("mean", "median", "p99"):
             label = f"{stat.capitalize() if stat != 'p99' else 'P99'} {name.upper()} (ms):"

@@ -45,7 +45,9 @@ class PiecewiseBackend:
         self.pieces: list[PiecewisePiece] = []
         self.inductor_seconds = 0.0
 
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+    def __call__(
+        self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
+    ) -> Callable[..., Any]:
         assert self.split_gm is None, "the model was traced twice (a Dynamo guard failed?)"
         split_gm, items, found = split_graph(gm, self.splitting_ops)
         missing = sorted(set(self.splitting_ops) - found)
@@ -89,9 +91,7 @@ class PiecewiseBackend:
         )
 
 
-def compile_with_inductor(
-    piece: torch.fx.GraphModule, fakes: dict[str, Any]
-) -> Callable[..., Any]:
+def compile_with_inductor(piece: torch.fx.GraphModule, fakes: dict[str, Any]) -> Callable[..., Any]:
     """Inductor on one piece, for symbolic token counts: its inputs are Dynamo's fake values
     (shape [s0, ...]), so the code serves every size. split_module copies them onto the
     piece's placeholders; older torch does not, so fall back to the original node's."""

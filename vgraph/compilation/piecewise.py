@@ -57,8 +57,11 @@ class PiecewiseModel:
     the model (compute_logits, config, ...) pass through."""
 
     def __init__(
-        self, model: torch.nn.Module, compiled: Callable[..., torch.Tensor],
-        backend: PiecewiseBackend, stats: CompileStats,
+        self,
+        model: torch.nn.Module,
+        compiled: Callable[..., torch.Tensor],
+        backend: PiecewiseBackend,
+        stats: CompileStats,
     ) -> None:
         self.model = model
         self.compiled = compiled
@@ -89,7 +92,10 @@ def compile_piecewise(
         cache.use_for_inductor()
     backend = PiecewiseBackend(cc.splitting_ops, bool(cc.use_inductor), graph_backend)
     compiled = torch.compile(
-        _fresh_forward(model), backend=_BackendHandle(backend), fullgraph=True, dynamic=False,
+        _fresh_forward(model),
+        backend=_BackendHandle(backend),
+        fullgraph=True,
+        dynamic=False,
         options={"guard_filter_fn": _drop_all_guards},
     )
 
@@ -104,15 +110,27 @@ def compile_piecewise(
     if not cache_hit:
         cache.store(hashes, seconds, backend.num_pieces)
     stats = CompileStats(
-        str(cache.dir), cache_hit, seconds, backend.num_pieces,
-        len(backend.items) - backend.num_pieces, hits, misses,
+        str(cache.dir),
+        cache_hit,
+        seconds,
+        backend.num_pieces,
+        len(backend.items) - backend.num_pieces,
+        hits,
+        misses,
     )
     logger.info(
         "piecewise compile: %d pieces around %d %s call(s), inductor %s, %.2f s; compile cache "
-        "%s (%s)%s", stats.num_pieces, stats.num_splitting_ops, "/".join(cc.splitting_ops),
-        "on" if cc.use_inductor else "off", seconds, "hit" if cache_hit else "miss", cache.dir,
-        f"; inductor {backend.inductor_seconds:.2f} s of it, cache {hits} hit(s), {misses} "
-        f"miss(es)" if cc.use_inductor else "",
+        "%s (%s)%s",
+        stats.num_pieces,
+        stats.num_splitting_ops,
+        "/".join(cc.splitting_ops),
+        "on" if cc.use_inductor else "off",
+        seconds,
+        "hit" if cache_hit else "miss",
+        cache.dir,
+        f"; inductor {backend.inductor_seconds:.2f} s of it, cache {hits} hit(s), {misses} miss(es)"
+        if cc.use_inductor
+        else "",
     )
     logger.debug("split: %s", backend.describe())
     return PiecewiseModel(model, compiled, backend, stats)
@@ -128,8 +146,9 @@ def _fresh_forward(model: torch.nn.Module) -> Callable[..., torch.Tensor]:
     """
     fn = type(model).forward
     code = fn.__code__.replace(co_name=f"{fn.__code__.co_name}_vgraph{next(_copies)}")
-    copy = types.FunctionType(code, dict(fn.__globals__), fn.__name__, fn.__defaults__,
-                              fn.__closure__)
+    copy = types.FunctionType(
+        code, dict(fn.__globals__), fn.__name__, fn.__defaults__, fn.__closure__
+    )
     copy.__kwdefaults__ = fn.__kwdefaults__
     return types.MethodType(copy, model)
 

@@ -20,8 +20,19 @@ import torch
 import torch.fx
 from torch.fx.passes.split_module import split_module
 
-_VIEW_METHODS = {"view", "reshape", "__getitem__", "narrow", "flatten", "unflatten", "transpose",
-                 "permute", "as_strided", "squeeze", "unsqueeze"}
+_VIEW_METHODS = {
+    "view",
+    "reshape",
+    "__getitem__",
+    "narrow",
+    "flatten",
+    "unflatten",
+    "transpose",
+    "permute",
+    "as_strided",
+    "squeeze",
+    "unsqueeze",
+}
 
 
 @dataclass
@@ -40,8 +51,9 @@ class SplitItem:
 
     @property
     def num_ops(self) -> int:
-        return sum(n.op in ("call_function", "call_method", "call_module")
-                   for n in self.module.graph.nodes)
+        return sum(
+            n.op in ("call_function", "call_method", "call_module") for n in self.module.graph.nodes
+        )
 
 
 def op_name(target: object) -> str | None:
@@ -102,10 +114,22 @@ def split_graph(
             continue
         assert not node.kwargs, node.kwargs
         pid = int(node.target.rsplit("_", 1)[1])
-        eager = tuple(i for i, a in enumerate(node.args)
-                      if isinstance(a, torch.fx.Node) and from_splitting.get(a, False))
-        items.append(SplitItem(node.target, len(items), pid in splitting_pids,
-                               getattr(split_gm, node.target), eager, pid, buffers.get(pid, [])))
+        eager = tuple(
+            i
+            for i, a in enumerate(node.args)
+            if isinstance(a, torch.fx.Node) and from_splitting.get(a, False)
+        )
+        items.append(
+            SplitItem(
+                node.target,
+                len(items),
+                pid in splitting_pids,
+                getattr(split_gm, node.target),
+                eager,
+                pid,
+                buffers.get(pid, []),
+            )
+        )
         from_splitting[node] = pid in splitting_pids
     for item in items:
         bad = [p for p in item.buffer_pids if p in splitting_pids]

@@ -14,6 +14,7 @@ It does no I/O and knows nothing of tensors.
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -189,10 +190,8 @@ class Scheduler:
         if req in self.running:
             self.running.remove(req)
         else:
-            try:
+            with contextlib.suppress(ValueError):
                 self.waiting.remove(req)
-            except ValueError:
-                pass
         self.kv.free(req)
         self.requests.pop(req.request_id, None)
         self._finished_since_last_step.add(req.request_id)

@@ -105,8 +105,11 @@ def _replay_kind(
     if aliases:
         # Tensor(a) means "may alias": contiguous / reshape / to (seen undecomposed under
         # inference_mode) return a copy when they must; a copy has to be re-run on replay
-        inputs = {t.untyped_storage().data_ptr() for t in tree_flatten(args)[0]
-                  if isinstance(t, torch.Tensor)}
+        inputs = {
+            t.untyped_storage().data_ptr()
+            for t in tree_flatten(args)[0]
+            if isinstance(t, torch.Tensor)
+        }
         if all(o.untyped_storage().data_ptr() in inputs for o in outputs):
             return _Replay.SKIP
     return _Replay.COPY_OUT
@@ -117,7 +120,7 @@ class _RecordMode(TorchDispatchMode):
         super().__init__()
         self.graph = graph
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func.namespace not in ("aten", "prims") and func._schema.name in OPDEFS:
             # a Python custom op: record what its body issues, as a CUDA graph would

@@ -27,8 +27,10 @@ class GraphCounters:
         self.padded_tokens += num_padded
 
     def as_dict(self) -> dict[str, float]:
-        out: dict[str, float] = {f"steps_{m.name}": float(self.steps[m.name]) for m in
-                                 (CUDAGraphMode.NONE, CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL)}
+        out: dict[str, float] = {
+            f"steps_{m.name}": float(self.steps[m.name])
+            for m in (CUDAGraphMode.NONE, CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL)
+        }
         for reason in EagerReason:
             out[f"eager_fallback_{reason.value}"] = float(self.eager_fallbacks[reason.value])
         out["padded_tokens"] = float(self.padded_tokens)

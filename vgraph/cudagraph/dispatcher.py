@@ -83,7 +83,11 @@ class CudagraphDispatcher:
                 return CUDAGraphMode.FULL, relaxed, None
         if relaxed in self.keys[CUDAGraphMode.PIECEWISE]:
             return CUDAGraphMode.PIECEWISE, relaxed, None
-        return CUDAGraphMode.NONE, None, EagerReason.CASCADE if use_cascade else EagerReason.UNSUPPORTED
+        return (
+            CUDAGraphMode.NONE,
+            None,
+            EagerReason.CASCADE if use_cascade else EagerReason.UNSUPPORTED,
+        )
 
     def capture_keys(self) -> list[tuple[CUDAGraphMode, BatchDescriptor]]:
         """Every key to capture: FULL first, each mode largest first."""

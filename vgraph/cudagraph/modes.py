@@ -86,6 +86,11 @@ def resolve_cudagraph_mode(
     if mode is not requested:
         logger.warning(
             "cudagraph_mode %s is not available with attention backend %r (support %s): %s; "
-            "using %s", requested.name, backend_name, support.name, why, mode.name,
+            "using %s",
+            requested.name,
+            backend_name,
+            support.name,
+            why,
+            mode.name,
         )
     return mode

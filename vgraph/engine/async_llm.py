@@ -100,8 +100,12 @@ class AsyncLLM:
         requests = self.processor.make_requests(request_id, ids, params)
         queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
         self.output_processor.add_request(
-            request_id, text, ids, [r.request_id for r in requests],
-            [r.sampling_params for r in requests], OutputKind.DELTA,
+            request_id,
+            text,
+            ids,
+            [r.request_id for r in requests],
+            [r.sampling_params for r in requests],
+            OutputKind.DELTA,
         )
         self.queues[request_id] = queue
         self.times[request_id] = RequestTimes(time.monotonic(), len(ids) * len(requests))

@@ -109,7 +109,8 @@ class BackgroundResources:
         if proc is not None and proc.is_alive():
             try:
                 self.sockets[1].send_multipart(
-                    [bytes([EngineCoreRequestType.SHUTDOWN]), b""], flags=zmq.NOBLOCK)
+                    [bytes([EngineCoreRequestType.SHUTDOWN]), b""], flags=zmq.NOBLOCK
+                )
             except zmq.ZMQError:
                 pass
             proc.join(SHUTDOWN_TIMEOUT_S)
@@ -148,7 +149,9 @@ class MPClientBase:
             bound.append(sock.getsockopt_string(zmq.LAST_ENDPOINT))
         spawn = multiprocessing.get_context("spawn")
         res.proc = self.proc = spawn.Process(
-            target=run_engine_core, args=(config, bound, os.getpid()), name="VGraphEngineCore",
+            target=run_engine_core,
+            args=(config, bound, os.getpid()),
+            name="VGraphEngineCore",
             daemon=True,
         )
         self.dead_error: EngineDeadError | None = None
@@ -160,23 +163,30 @@ class MPClientBase:
         except BaseException:
             self._finalizer()  # the subclass is not built yet: release the base's resources
             raise
-        logger.info("engine core pid %d ready: %d KV blocks of %d tokens", self.proc.pid,
-                    self.ready.num_kv_blocks, self.ready.block_size)
+        logger.info(
+            "engine core pid %d ready: %d KV blocks of %d tokens",
+            self.proc.pid,
+            self.ready.num_kv_blocks,
+            self.ready.block_size,
+        )
 
     def _wait_for_ready(self, handshake: zmq.Socket) -> EngineCoreReady:
         poller = zmq.Poller()
         poller.register(handshake, zmq.POLLIN)
         poller.register(self.proc.sentinel, zmq.POLLIN)
         if not poller.poll(STARTUP_TIMEOUT_S * 1000):
-            raise TimeoutError(f"engine core did not start in {STARTUP_TIMEOUT_S:.0f} s "
-                               f"(VGRAPH_ENGINE_STARTUP_TIMEOUT)")
+            raise TimeoutError(
+                f"engine core did not start in {STARTUP_TIMEOUT_S:.0f} s "
+                f"(VGRAPH_ENGINE_STARTUP_TIMEOUT)"
+            )
         if not handshake.poll(100):  # the process ended without a word
             self.proc.join(1.0)
             raise RuntimeError(
                 f"engine core process exited with code {self.proc.exitcode} during start-up; "
                 f"its log is above. The core is started with multiprocessing 'spawn', which "
                 f"re-imports the main script: guard a script's top level with "
-                f"`if __name__ == '__main__':`, or pass multiprocess=False")
+                f"`if __name__ == '__main__':`, or pass multiprocess=False"
+            )
         kind, payload = handshake.recv_multipart()
         if kind[0] == EngineCoreOutputType.READY:
             return READY_DECODER.decode(payload)

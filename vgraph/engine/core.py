@@ -65,7 +65,9 @@ class EngineCore:
             )
         bad = next((t for t in ids if not 0 <= t < mc.vocab_size), None)
         if bad is not None:
-            raise ValueError(f"prompt token id {bad} is outside the vocabulary [0, {mc.vocab_size})")
+            raise ValueError(
+                f"prompt token id {bad} is outside the vocabulary [0, {mc.vocab_size})"
+            )
 
     def abort_requests(self, request_ids: list[str]) -> None:
         self.scheduler.abort_requests(request_ids)
@@ -81,9 +83,7 @@ class EngineCore:
         runner_out = self.runner.execute_model(sched)
         self.num_steps += 1
         updates = self.scheduler.update_from_output(sched, runner_out.sampled_token_ids)
-        logprobs_of = {
-            req.request_id: lp for req, lp in zip(sched.requests, runner_out.logprobs)
-        }
+        logprobs_of = {req.request_id: lp for req, lp in zip(sched.requests, runner_out.logprobs)}
         outputs = []
         for req, got_token in updates:
             if not got_token:

@@ -1,4 +1,4 @@
-"""The engine core process: ZMQ sockets around EngineCore, a busy loop, a clean exit, a death notice.
+"""The engine core process: ZMQ sockets around EngineCore, a busy loop, clean exit, death notice.
 
 Started by the frontend (multiprocessing, spawn) through `run_engine_core`. Lifecycle:
   1. connect the handshake, input and output sockets (the frontend bound them);
@@ -66,8 +66,13 @@ def make_addresses(transport: str) -> tuple[list[str], str | None]:
 class EngineCoreProc:
     """The busy loop over an EngineCore-like object (step/add_request/abort_requests/stats)."""
 
-    def __init__(self, core: Any, input_socket: zmq.Socket, output_socket: zmq.Socket,
-                 parent_pid: int | None = None) -> None:
+    def __init__(
+        self,
+        core: Any,
+        input_socket: zmq.Socket,
+        output_socket: zmq.Socket,
+        parent_pid: int | None = None,
+    ) -> None:
         self.core = core
         self.input = input_socket
         self.output = output_socket
@@ -100,7 +105,7 @@ class EngineCoreProc:
                 self.send(EngineCoreOutputType.OUTPUTS, self.core.step())
 
     def process_input(self, block: bool) -> None:
-        """Handle every message waiting; when block, first wait for one (bounded by IDLE_POLL_MS)."""
+        """Handle every waiting message; if block, first wait for one (at most IDLE_POLL_MS)."""
         timeout, aborted = (IDLE_POLL_MS if block else 0), False
         while self.input.poll(timeout):
             timeout = 0
@@ -109,8 +114,9 @@ class EngineCoreProc:
                 return
         if aborted and not self.core.has_unfinished_requests():
             # no step will follow to report the freed blocks: send the stats alone
-            self.send(EngineCoreOutputType.OUTPUTS, EngineCoreOutputs(
-                scheduler_stats=self.core.stats()))
+            self.send(
+                EngineCoreOutputType.OUTPUTS, EngineCoreOutputs(scheduler_stats=self.core.stats())
+            )
         if self.parent_pid is not None and os.getppid() != self.parent_pid:
             logger.warning("the frontend process is gone; engine core exiting")
             self.shutdown_requested = self.parent_gone = True
@@ -164,8 +170,10 @@ class EngineCoreProc:
             return
         fn = self.utilities.get(call.method)
         if fn is None:
-            out = UtilityOutput(call.call_id, error=f"unknown utility method {call.method!r}; "
-                                f"allowed: {sorted(self.utilities)}")
+            out = UtilityOutput(
+                call.call_id,
+                error=f"unknown utility method {call.method!r}; allowed: {sorted(self.utilities)}",
+            )
         else:
             try:
                 out = UtilityOutput(call.call_id, result=fn(*call.args))
@@ -199,8 +207,10 @@ def run_engine_core(config: Any, addresses: list[str], parent_pid: int) -> None:
     # Ctrl-C reaches the whole process group: the frontend decides when the core stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _raise_system_exit)
-    logging.basicConfig(level=logging.INFO, format="(EngineCore pid=%(process)d) %(levelname)s "
-                        "%(asctime)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO,
+        format="(EngineCore pid=%(process)d) %(levelname)s %(asctime)s %(name)s: %(message)s",
+    )
     ctx = zmq.Context()
     handshake, inp, out = (ctx.socket(t) for t in (zmq.PUSH, zmq.PULL, zmq.PUSH))
     for sock, addr in zip((handshake, inp, out), addresses):
@@ -215,18 +225,23 @@ def run_engine_core(config: Any, addresses: list[str], parent_pid: int) -> None:
             core = EngineCore(config)
         except BaseException as e:  # reported to the frontend, which raises it
             logger.exception("engine core failed to start")
-            handshake.send_multipart([bytes([EngineCoreOutputType.STARTUP_ERROR]),
-                                      ENCODER.encode(failure(e))])
+            handshake.send_multipart(
+                [bytes([EngineCoreOutputType.STARTUP_ERROR]), ENCODER.encode(failure(e))]
+            )
             return
         mc = config.model_config
-        ready = EngineCoreReady(core.scheduler.kv.num_blocks, config.cache_config.block_size,
-                                mc.max_model_len, mc.vocab_size)
+        ready = EngineCoreReady(
+            core.scheduler.kv.num_blocks,
+            config.cache_config.block_size,
+            mc.max_model_len,
+            mc.vocab_size,
+        )
         handshake.send_multipart([bytes([EngineCoreOutputType.READY]), ENCODER.encode(ready)])
         proc = EngineCoreProc(core, inp, out, parent_pid)
         code = proc.run()
         core.shutdown()
         if proc.parent_gone and addresses[0].startswith("ipc://"):  # nobody else will clean up
-            shutil.rmtree(os.path.dirname(addresses[0][len("ipc://"):]), ignore_errors=True)
+            shutil.rmtree(os.path.dirname(addresses[0][len("ipc://") :]), ignore_errors=True)
     finally:
         for sock in (handshake, inp, out):
             sock.close()

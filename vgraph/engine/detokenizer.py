@@ -65,6 +65,6 @@ class IncrementalDetokenizer:
         end = len(self.output_text) if finished else max(len(self.output_text) - self.holdback, 0)
         if end <= self._sent:
             return ""
-        text = self.output_text[self._sent:end]
+        text = self.output_text[self._sent : end]
         self._sent = end
         return text

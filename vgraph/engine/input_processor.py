@@ -17,7 +17,9 @@ PromptType = str | list[int]
 
 
 class InputProcessor:
-    def __init__(self, model_config: ModelConfig, tokenizer: Any | None, eos_token_ids: list[int]) -> None:
+    def __init__(
+        self, model_config: ModelConfig, tokenizer: Any | None, eos_token_ids: list[int]
+    ) -> None:
         self.model_config = model_config
         self.tokenizer = tokenizer
         self.eos_token_ids = eos_token_ids
@@ -50,7 +52,8 @@ class InputProcessor:
             ids, text = list(prompt), None
         else:
             raise ValueError(
-                f"prompt of type {type(prompt).__name__} is not allowed; use a str or a list of ints"
+                f"prompt of type {type(prompt).__name__} is not allowed; "
+                "use a str or a list of ints"
             )
         bad = next((t for t in ids if not 0 <= t < mc.vocab_size), None)
         if bad is not None:
@@ -68,7 +71,9 @@ class InputProcessor:
         self, request_id: str, prompt_ids: list[int], params: SamplingParams
     ) -> list[EngineCoreRequest]:
         if not isinstance(params, SamplingParams):
-            raise ValueError(f"sampling params of type {type(params).__name__} are not SamplingParams")
+            raise ValueError(
+                f"sampling params of type {type(params).__name__} are not SamplingParams"
+            )
         now = time.monotonic()
         children = [params] if params.n == 1 else [params.child(i) for i in range(params.n)]
         return [

@@ -50,8 +50,12 @@ class LLMEngine:
             raise ValueError(f"request_id={request_id!r} is already in use")
         requests = self.processor.make_requests(request_id, ids, params)
         self.output_processor.add_request(
-            request_id, text, ids, [r.request_id for r in requests],
-            [r.sampling_params for r in requests], kind,
+            request_id,
+            text,
+            ids,
+            [r.request_id for r in requests],
+            [r.sampling_params for r in requests],
+            kind,
         )
         for r in requests:
             self.client.add_request(r)

@@ -192,8 +192,13 @@ class OutputProcessor:
         if not delta:
             text = "" if c.detok is None else c.detok.output_text
             return CompletionOutput(
-                c.index, text, list(c.token_ids), c.cumulative_logprob, c.logprobs,
-                c.finish_reason, c.stop_reason,
+                c.index,
+                text,
+                list(c.token_ids),
+                c.cumulative_logprob,
+                c.logprobs,
+                c.finish_reason,
+                c.stop_reason,
             )
         if c.final_sent:
             return None
@@ -203,6 +208,11 @@ class OutputProcessor:
         if finished:
             c.final_sent = True
         return CompletionOutput(
-            c.index, text, c.token_ids[start:], c.cumulative_logprob,
-            None if c.logprobs is None else c.logprobs[start:], c.finish_reason, c.stop_reason,
+            c.index,
+            text,
+            c.token_ids[start:],
+            c.cumulative_logprob,
+            None if c.logprobs is None else c.logprobs[start:],
+            c.finish_reason,
+            c.stop_reason,
         )

@@ -1,7 +1,8 @@
 """The `vgraph` command: `vgraph serve [MODEL]` and `vgraph bench <name>`.
 
 Bench subcommands are modules listed in BENCH_SUBCOMMANDS; each provides
-`add_cli_args(parser)` and `main(args)` (an int return is the exit status), and its docstring's first line is its help.
+`add_cli_args(parser)` and `main(args)` (an int return is the exit status), and its
+docstring's first line is its help.
 Add one by adding a line there. They are imported only for `vgraph bench ...`, so `vgraph serve`
 starts without them. Arguments are checked (and --compilation-config parsed) before any model is
 loaded; a bad value exits with status 2 and a message naming it.
@@ -24,69 +25,131 @@ BENCH_SUBCOMMANDS: dict[str, str] = {
 
 
 def add_serve_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", nargs="?", default=None,
-                   help="checkpoint folder or shipped config name (default: the built-in "
-                   "SmolLM2-135M-Instruct)")
+    p.add_argument(
+        "model",
+        nargs="?",
+        default=None,
+        help="checkpoint folder or shipped config name (default: the built-in "
+        "SmolLM2-135M-Instruct)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     p.add_argument("--port", type=int, default=8000, help="port to bind (default: %(default)s)")
-    p.add_argument("--api-key", default=os.environ.get("VGRAPH_API_KEY"),
-                   help="require `Authorization: Bearer KEY` on /v1/* (default: $VGRAPH_API_KEY;"
-                   " none: no auth)")
-    p.add_argument("--served-model-name", default=None,
-                   help="model name in the API (default: the folder's name)")
-    p.add_argument("--compilation-config", "-cc", default=None, metavar="JSON",
-                   help='graph-mode settings as a JSON object, e.g. \'{"cudagraph_mode": '
-                   '"FULL_DECODE_ONLY", "cudagraph_capture_sizes": [1, 2, 4, 8]}\'')
-    p.add_argument("--enforce-eager", action="store_true",
-                   help="never capture graphs (cudagraph_mode NONE)")
-    p.add_argument("--max-num-seqs", type=int, default=256,
-                   help="most requests in one batch (default: %(default)s)")
-    p.add_argument("--max-model-len", type=int, default=None,
-                   help="context length limit (default: the model's)")
-    p.add_argument("--max-num-batched-tokens", type=int, default=None,
-                   help="token budget per engine step (default: 8192)")
-    p.add_argument("--attention-backend", default="auto",
-                   help="torch, csrc or flashinfer (default: auto)")
-    p.add_argument("--load-format", default="auto", help="auto, safetensors or dummy (random "
-                   "weights)")
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("VGRAPH_API_KEY"),
+        help="require `Authorization: Bearer KEY` on /v1/* (default: $VGRAPH_API_KEY;"
+        " none: no auth)",
+    )
+    p.add_argument(
+        "--served-model-name",
+        default=None,
+        help="model name in the API (default: the folder's name)",
+    )
+    p.add_argument(
+        "--compilation-config",
+        "-cc",
+        default=None,
+        metavar="JSON",
+        help='graph-mode settings as a JSON object, e.g. \'{"cudagraph_mode": '
+        '"FULL_DECODE_ONLY", "cudagraph_capture_sizes": [1, 2, 4, 8]}\'',
+    )
+    p.add_argument(
+        "--enforce-eager", action="store_true", help="never capture graphs (cudagraph_mode NONE)"
+    )
+    p.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=256,
+        help="most requests in one batch (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="context length limit (default: the model's)",
+    )
+    p.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=None,
+        help="token budget per engine step (default: 8192)",
+    )
+    p.add_argument(
+        "--attention-backend", default="auto", help="torch, csrc or flashinfer (default: auto)"
+    )
+    p.add_argument(
+        "--load-format", default="auto", help="auto, safetensors or dummy (random weights)"
+    )
     p.add_argument("--dtype", default="auto", help="auto, float32, float16 or bfloat16")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
     p.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the model's)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument("--block-size", type=int, default=16, help="KV cache block size (16 or 32)")
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.9,
-                   help="CUDA: fraction of device memory for the engine (default: %(default)s)")
-    p.add_argument("--cpu-kv-cache-bytes", type=int, default=1 << 30,
-                   help="CPU: KV cache size in bytes (default: 1 GiB)")
-    p.add_argument("--num-gpu-blocks-override", type=int, default=None,
-                   help="use exactly this many KV cache blocks")
-    p.add_argument("--max-request-body-bytes", type=int, default=1 << 20,
-                   help="larger request bodies get 413 (default: 1 MiB)")
-    p.add_argument("--graceful-shutdown-timeout", type=float, default=10.0,
-                   help="on SIGINT/SIGTERM, seconds in-flight requests may take to finish "
-                   "before they are cancelled (default: %(default)s)")
-    p.add_argument("--uvicorn-log-level", default="info",
-                   choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.9,
+        help="CUDA: fraction of device memory for the engine (default: %(default)s)",
+    )
+    p.add_argument(
+        "--cpu-kv-cache-bytes",
+        type=int,
+        default=1 << 30,
+        help="CPU: KV cache size in bytes (default: 1 GiB)",
+    )
+    p.add_argument(
+        "--num-gpu-blocks-override",
+        type=int,
+        default=None,
+        help="use exactly this many KV cache blocks",
+    )
+    p.add_argument(
+        "--max-request-body-bytes",
+        type=int,
+        default=1 << 20,
+        help="larger request bodies get 413 (default: 1 MiB)",
+    )
+    p.add_argument(
+        "--graceful-shutdown-timeout",
+        type=float,
+        default=10.0,
+        help="on SIGINT/SIGTERM, seconds in-flight requests may take to finish "
+        "before they are cancelled (default: %(default)s)",
+    )
+    p.add_argument(
+        "--uvicorn-log-level",
+        default="info",
+        choices=["critical", "error", "warning", "info", "debug"],
+    )
     p.add_argument("--disable-access-log", action="store_true", help="no per-request log lines")
 
 
 def make_parser(argv: list[str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vgraph", description="vgraph: an LLM inference "
-                                     "engine built around CUDA graph modes")
+    parser = argparse.ArgumentParser(
+        prog="vgraph", description="vgraph: an LLM inference engine built around CUDA graph modes"
+    )
     sub = parser.add_subparsers(dest="command", metavar="{serve,bench}")
-    serve = sub.add_parser("serve", help="start the OpenAI-compatible HTTP server",
-                           description="Start the OpenAI-compatible HTTP server (/v1/models, "
-                           "/v1/completions, /v1/chat/completions, /health, /version, /metrics).")
+    serve = sub.add_parser(
+        "serve",
+        help="start the OpenAI-compatible HTTP server",
+        description="Start the OpenAI-compatible HTTP server (/v1/models, "
+        "/v1/completions, /v1/chat/completions, /health, /version, /metrics).",
+    )
     add_serve_args(serve)
     bench = sub.add_parser("bench", help=f"benchmarks: {', '.join(BENCH_SUBCOMMANDS)}")
-    bench_sub = bench.add_subparsers(dest="bench_command", metavar="{" +
-                                     ",".join(BENCH_SUBCOMMANDS) + "}")
+    bench_sub = bench.add_subparsers(
+        dest="bench_command", metavar="{" + ",".join(BENCH_SUBCOMMANDS) + "}"
+    )
     if argv[:1] == ["bench"]:  # import the bench modules only when they are used
         for name, module_name in BENCH_SUBCOMMANDS.items():
             module = importlib.import_module(module_name)
             doc = (module.__doc__ or name).strip().splitlines()[0]
-            p = bench_sub.add_parser(name, help=doc, description=module.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+            p = bench_sub.add_parser(
+                name,
+                help=doc,
+                description=module.__doc__,
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+            )
             module.add_cli_args(p)
             p.set_defaults(bench_main=module.main)
     return parser
@@ -98,14 +161,22 @@ def build_config(args: argparse.Namespace) -> Any:
 
     compilation = CompilationConfig.parse(args.compilation_config)
     return VGraphConfig.create(
-        args.model, dtype=args.dtype, max_model_len=args.max_model_len,
-        load_format=args.load_format, seed=args.seed, tokenizer=args.tokenizer,
-        served_model_name=args.served_model_name, device=args.device,
-        attention_backend=args.attention_backend, block_size=args.block_size,
+        args.model,
+        dtype=args.dtype,
+        max_model_len=args.max_model_len,
+        load_format=args.load_format,
+        seed=args.seed,
+        tokenizer=args.tokenizer,
+        served_model_name=args.served_model_name,
+        device=args.device,
+        attention_backend=args.attention_backend,
+        block_size=args.block_size,
         gpu_memory_utilization=args.gpu_memory_utilization,
         cpu_kv_cache_bytes=args.cpu_kv_cache_bytes,
-        num_gpu_blocks_override=args.num_gpu_blocks_override, max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens, compilation_config=compilation,
+        num_gpu_blocks_override=args.num_gpu_blocks_override,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        compilation_config=compilation,
         enforce_eager=args.enforce_eager,
     )
 
@@ -115,8 +186,9 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO,
-                        format="%(levelname)s %(asctime)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(levelname)s %(asctime)s %(name)s: %(message)s"
+    )
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         config = build_config(args)

@@ -31,8 +31,13 @@ def unified_attention_with_output(
 
 
 @unified_attention_with_output.register_fake
-def _(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, output: torch.Tensor,
-      layer_name: str) -> None:
+def _(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    output: torch.Tensor,
+    layer_name: str,
+) -> None:
     return None
 
 

@@ -13,17 +13,23 @@ from torch import nn
 from vgraph._ext import use_cuda_op
 
 
-def default_weight_loader(param: torch.Tensor, loaded: torch.Tensor, shard_id: object = None) -> None:
+def default_weight_loader(
+    param: torch.Tensor, loaded: torch.Tensor, shard_id: object = None
+) -> None:
     assert shard_id is None, shard_id
     if param.shape != loaded.shape:
-        raise ValueError(f"weight shape {tuple(loaded.shape)} does not fit parameter {tuple(param.shape)}")
+        raise ValueError(
+            f"weight shape {tuple(loaded.shape)} does not fit parameter {tuple(param.shape)}"
+        )
     param.data.copy_(loaded)
 
 
 class Linear(nn.Module):
     """y = x W^T (+ b); output rows may be split into named shards (fused projections)."""
 
-    def __init__(self, in_features: int, shard_sizes: dict[object, int], bias: bool = False) -> None:
+    def __init__(
+        self, in_features: int, shard_sizes: dict[object, int], bias: bool = False
+    ) -> None:
         super().__init__()
         self.shard_offsets: dict[object, tuple[int, int]] = {}
         offset = 0
@@ -39,7 +45,9 @@ class Linear(nn.Module):
         else:
             self.register_parameter("bias", None)
 
-    def weight_loader(self, param: torch.Tensor, loaded: torch.Tensor, shard_id: object = None) -> None:
+    def weight_loader(
+        self, param: torch.Tensor, loaded: torch.Tensor, shard_id: object = None
+    ) -> None:
         if shard_id is None:
             default_weight_loader(param, loaded)
             return
@@ -47,7 +55,8 @@ class Linear(nn.Module):
         target = param.data.narrow(0, offset, size)
         if target.shape != loaded.shape:
             raise ValueError(
-                f"shard {shard_id!r}: weight shape {tuple(loaded.shape)} does not fit {tuple(target.shape)}"
+                f"shard {shard_id!r}: weight shape {tuple(loaded.shape)} "
+                f"does not fit {tuple(target.shape)}"
             )
         target.copy_(loaded)
 
@@ -57,7 +66,8 @@ class Linear(nn.Module):
 
 def qkv_linear(hidden: int, num_heads: int, num_kv_heads: int, head_dim: int, bias: bool) -> Linear:
     return Linear(
-        hidden, {"q": num_heads * head_dim, "k": num_kv_heads * head_dim, "v": num_kv_heads * head_dim},
+        hidden,
+        {"q": num_heads * head_dim, "k": num_kv_heads * head_dim, "v": num_kv_heads * head_dim},
         bias=bias,
     )
 

@@ -25,7 +25,9 @@ def _inv_freq(head_dim: int, base: float, scaling: dict[str, Any] | None) -> tor
     if rope_type == "default":
         return inv_freq
     if rope_type != "llama3":
-        raise ValueError(f"rope_scaling.rope_type={rope_type!r} is not supported; use 'llama3' or none")
+        raise ValueError(
+            f"rope_scaling.rope_type={rope_type!r} is not supported; use 'llama3' or none"
+        )
     factor = scaling["factor"]
     low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
     old_len = scaling["original_max_position_embeddings"]

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import glob
 import os
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from safetensors import safe_open
@@ -53,7 +53,7 @@ def load_safetensors(model: nn.Module, files: list[str]) -> None:
     loaded: set[tuple[str, object]] = set()
     for path in files:
         with safe_open(path, framework="pt") as f:
-            for name in f.keys():
+            for name in f.keys():  # noqa: SIM118 - safe_open has no __iter__
                 mapped = model.checkpoint_name_map(name)
                 if mapped is None:
                     continue
@@ -67,7 +67,9 @@ def load_safetensors(model: nn.Module, files: list[str]) -> None:
     loaded_names = {p for p, _ in loaded}
     missing = sorted(set(params) - loaded_names)
     if missing:
-        raise ValueError(f"checkpoint lacks weights for {missing[:5]}{'...' if len(missing) > 5 else ''}")
+        raise ValueError(
+            f"checkpoint lacks weights for {missing[:5]}{'...' if len(missing) > 5 else ''}"
+        )
 
 
 def init_dummy_weights(model: nn.Module, seed: int) -> None:

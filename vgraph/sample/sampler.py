@@ -66,8 +66,9 @@ class Sampler:
         temp = torch.where(md.temperature == 0.0, 1.0, md.temperature)
         logits = logits / temp[:, None]
         if md.need_top_k or md.need_top_p:
-            logits = apply_top_k_top_p(logits, md.top_k if md.need_top_k else None,
-                                       md.top_p if md.need_top_p else None)
+            logits = apply_top_k_top_p(
+                logits, md.top_k if md.need_top_k else None, md.top_p if md.need_top_p else None
+            )
         probs = logits.softmax(dim=-1)
         if md.need_min_p:
             keep = probs >= md.min_p[:, None] * probs.max(dim=-1, keepdim=True).values

@@ -80,7 +80,7 @@ class InputBuffers:
         tokens = self.input_ids.np
         off = 0
         for req, c, n in zip(sched.requests, computed.tolist(), nst.tolist()):
-            tokens[off:off + n] = req.all_token_ids[c:c + n]
+            tokens[off : off + n] = req.all_token_ids[c : c + n]
             off += n
         req_idx = np.repeat(np.arange(num_reqs), nst)  # [T] request of each token
         cu = np.cumsum(nst)
@@ -91,15 +91,15 @@ class InputBuffers:
         bt = self.block_table.np
         bt[:r_pad] = 0
         for i, blocks in enumerate(sched.block_ids):
-            bt[i, :len(blocks)] = blocks
+            bt[i, : len(blocks)] = blocks
         bs = self.block_size
         self.slot_mapping.np[:num_tokens] = bt[req_idx, pos // bs].astype(np.int64) * bs + pos % bs
 
         # 3. per-request ranges and lengths
         qsl = self.query_start_loc.np
         qsl[0] = 0
-        qsl[1:num_reqs + 1] = cu
-        qsl[num_reqs + 1:r_pad + 1] = num_tokens
+        qsl[1 : num_reqs + 1] = cu
+        qsl[num_reqs + 1 : r_pad + 1] = num_tokens
         seq_lens = computed + nst
         self.seq_lens.np[:num_reqs] = seq_lens
         self.seq_lens.np[num_reqs:r_pad] = 0
@@ -130,7 +130,7 @@ class InputBuffers:
         self.positions.np[:num_tokens] = 0
         self.slot_mapping.np[:num_tokens] = -1
         self.query_start_loc.np[0] = 0
-        self.query_start_loc.np[1:num_reqs + 1] = np.cumsum(q_lens)
+        self.query_start_loc.np[1 : num_reqs + 1] = np.cumsum(q_lens)
         self.seq_lens.np[:num_reqs] = q_lens
         self.block_table.np[:num_reqs] = 0
         self._copy_to_device(num_tokens, num_reqs)

@@ -22,12 +22,12 @@ from vgraph.attention.backend import AttentionBackend, CommonAttentionMetadata
 from vgraph.attention.selector import get_backend_cls
 from vgraph.config import VGraphConfig
 from vgraph.core.scheduler import SchedulerOutput
-from vgraph.engine.protocol import TokenLogprobs
 from vgraph.cudagraph.backends import make_graph_backend
 from vgraph.cudagraph.counters import GraphCounters
 from vgraph.cudagraph.dispatcher import BatchDescriptor, CudagraphDispatcher
 from vgraph.cudagraph.modes import CUDAGraphMode
 from vgraph.cudagraph.wrapper import CUDAGraphWrapper
+from vgraph.engine.protocol import TokenLogprobs
 from vgraph.forward_context import ForwardContext, set_forward_context
 from vgraph.layers.attention import Attention
 from vgraph.models.loader import load_model
@@ -56,13 +56,18 @@ class ModelRunner:
         self.max_blocks_per_req = -(-sc.max_model_len // cc.block_size)
         self.backend: type[AttentionBackend] = get_backend_cls(config.attention_backend)
         self.buffers = InputBuffers(
-            self.max_num_tokens, self.max_num_reqs, self.max_blocks_per_req, cc.block_size,
+            self.max_num_tokens,
+            self.max_num_reqs,
+            self.max_blocks_per_req,
+            cc.block_size,
             self.device,
         )
         self.compilation_config = comp = config.compilation_config
         self.cudagraph_mode: CUDAGraphMode = comp.cudagraph_mode
         self.dispatcher = CudagraphDispatcher(
-            self.cudagraph_mode, comp.cudagraph_capture_sizes or (), self.backend.cudagraph_support,
+            self.cudagraph_mode,
+            comp.cudagraph_capture_sizes or (),
+            self.backend.cudagraph_support,
             self.max_num_reqs,
         )
         self.graph_backend = make_graph_backend(self.device)
@@ -95,15 +100,22 @@ class ModelRunner:
         if self.cudagraph_mode.has_full():
             self.model_fn = CUDAGraphWrapper(runnable, CUDAGraphMode.FULL, self.graph_backend)
         logger.info(
-            "loaded %s (%s, %s) in %.1f s", self.config.model_config.name,
-            self.config.model_config.architecture, self.dtype, time.perf_counter() - t0,
+            "loaded %s (%s, %s) in %.1f s",
+            self.config.model_config.name,
+            self.config.model_config.architecture,
+            self.dtype,
+            time.perf_counter() - t0,
         )
 
     def initialize_kv_cache(self) -> int:
         """Size and allocate the paged KV cache; returns the number of usable blocks."""
         mc, cc = self.config.model_config, self.config.cache_config
         per_block = (
-            2 * mc.num_layers * self.block_size * mc.num_kv_heads * mc.head_dim
+            2
+            * mc.num_layers
+            * self.block_size
+            * mc.num_kv_heads
+            * mc.head_dim
             * self.dtype.itemsize
         )
         if cc.num_gpu_blocks_override is not None:
@@ -125,7 +137,9 @@ class ModelRunner:
             self.kv_caches[name] = torch.zeros(shape, dtype=self.dtype, device=self.device)
         self.num_blocks = num_blocks
         logger.info(
-            "KV cache: %d blocks of %d tokens (%.2f GiB)", num_blocks, self.block_size,
+            "KV cache: %d blocks of %d tokens (%.2f GiB)",
+            num_blocks,
+            self.block_size,
             num_blocks * per_block / 2**30,
         )
         return num_blocks
@@ -175,7 +189,9 @@ class ModelRunner:
         return mode, key, t_pad, r_pad
 
     def prepare_inputs(
-        self, sched: SchedulerOutput, num_tokens_padded: int | None = None,
+        self,
+        sched: SchedulerOutput,
+        num_tokens_padded: int | None = None,
         num_reqs_padded: int | None = None,
     ) -> tuple[StepInputs, CommonAttentionMetadata]:
         step = self.buffers.prepare(sched, num_tokens_padded, num_reqs_padded)
@@ -211,14 +227,20 @@ class ModelRunner:
         """Returns hidden states [num_tokens_padded, hidden_size]."""
         n = step.num_tokens_padded
         ctx = ForwardContext(
-            attn_metadata=common, kv_caches=self.kv_caches, attn_layers=self.attn_layers,
-            runtime_mode=mode, batch_descriptor=key, capturing=capturing,
+            attn_metadata=common,
+            kv_caches=self.kv_caches,
+            attn_layers=self.attn_layers,
+            runtime_mode=mode,
+            batch_descriptor=key,
+            capturing=capturing,
         )
         with set_forward_context(ctx):
             return self.model_fn(self.buffers.input_ids.gpu[:n], self.buffers.positions.gpu[:n])
 
-    def sample(self, sched: SchedulerOutput, step: StepInputs, hidden: torch.Tensor) -> SamplerOutput:
-        last = self.buffers.query_start_loc.gpu[1: step.num_reqs + 1].long() - 1  # [R]
+    def sample(
+        self, sched: SchedulerOutput, step: StepInputs, hidden: torch.Tensor
+    ) -> SamplerOutput:
+        last = self.buffers.query_start_loc.gpu[1 : step.num_reqs + 1].long() - 1  # [R]
         logits = self.model.compute_logits(hidden[last])  # [R, vocab] float32
         md = build_sampling_metadata(sched.requests, self.generators, self.device)
         return self.sampler(logits, md)
@@ -228,9 +250,14 @@ class ModelRunner:
         if out.logprobs is None:
             return ModelRunnerOutput(out.token_ids.tolist(), [None] * len(sched.requests))
         # float64 holds token ids exactly, so one tensor carries everything
-        packed = torch.cat(
-            [out.token_ids[:, None], out.ranks[:, None], out.logprob_token_ids, out.logprobs], 1,
-            ).double().tolist()
+        packed = (
+            torch.cat(
+                [out.token_ids[:, None], out.ranks[:, None], out.logprob_token_ids, out.logprobs],
+                1,
+            )
+            .double()
+            .tolist()
+        )
         width = out.logprobs.shape[1]
         token_ids, entries = [], []
         for row, req in zip(packed, sched.requests):
@@ -239,8 +266,8 @@ class ModelRunner:
             if n is None:
                 entries.append(None)
                 continue
-            ids = [int(t) for t in row[2: 3 + n]]
-            entries.append(TokenLogprobs(ids, row[2 + width: 3 + width + n], int(row[1])))
+            ids = [int(t) for t in row[2 : 3 + n]]
+            entries.append(TokenLogprobs(ids, row[2 + width : 3 + width + n], int(row[1])))
         return ModelRunnerOutput(token_ids, entries)
 
     # ---- graphs -----------------------------------------------------------------------------
@@ -266,8 +293,11 @@ class ModelRunner:
         c.capture_seconds = time.perf_counter() - t0
         c.graph_memory_bytes = max(self.graph_backend.memory_in_use() - mem0, 0)
         logger.info(
-            "captured %d graphs (%s) in %.1f s, taking %.3f GiB", c.num_graphs,
-            self.cudagraph_mode.name, c.capture_seconds, c.graph_memory_bytes / 2**30,
+            "captured %d graphs (%s) in %.1f s, taking %.3f GiB",
+            c.num_graphs,
+            self.cudagraph_mode.name,
+            c.capture_seconds,
+            c.graph_memory_bytes / 2**30,
         )
 
     def counters(self) -> dict[str, float]:

@@ -27,14 +27,73 @@ from prometheus_client.registry import Collector
 from vgraph.engine.async_llm import IterationStats
 from vgraph.engine.protocol import SchedulerStats
 
-TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0]
-ITL_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
-               2.5, 5.0, 10.0, 20.0, 80.0]
+TTFT_BUCKETS = [
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+]
+ITL_BUCKETS = [
+    0.001,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    20.0,
+    80.0,
+]
 disable_created_metrics()  # no `*_created` series: they double the page and nobody reads them
 
-E2E_BUCKETS = [0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0,
-               240.0, 480.0, 960.0, 1920.0]
+E2E_BUCKETS = [
+    0.1,
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+]
 
 
 class PrometheusStatLogger:
@@ -45,21 +104,38 @@ class PrometheusStatLogger:
         self.engine_dead = False
         reg, labels = self.registry, ["model_name"]
         self.prompt_tokens = Counter(
-            "vgraph:prompt_tokens", "Prompt tokens prefilled.", labels, registry=reg)
+            "vgraph:prompt_tokens", "Prompt tokens prefilled.", labels, registry=reg
+        )
         self.generation_tokens = Counter(
-            "vgraph:generation_tokens", "Tokens generated.", labels, registry=reg)
+            "vgraph:generation_tokens", "Tokens generated.", labels, registry=reg
+        )
         self.request_success = Counter(
-            "vgraph:request_success", "Finished requests by finish reason.",
-            labels + ["finished_reason"], registry=reg)
+            "vgraph:request_success",
+            "Finished requests by finish reason.",
+            labels + ["finished_reason"],
+            registry=reg,
+        )
         self.ttft = Histogram(
-            "vgraph:time_to_first_token_seconds", "Time to first token.", labels,
-            buckets=TTFT_BUCKETS, registry=reg)
+            "vgraph:time_to_first_token_seconds",
+            "Time to first token.",
+            labels,
+            buckets=TTFT_BUCKETS,
+            registry=reg,
+        )
         self.itl = Histogram(
-            "vgraph:inter_token_latency_seconds", "Time between a request's successive outputs.",
-            labels, buckets=ITL_BUCKETS, registry=reg)
+            "vgraph:inter_token_latency_seconds",
+            "Time between a request's successive outputs.",
+            labels,
+            buckets=ITL_BUCKETS,
+            registry=reg,
+        )
         self.e2e = Histogram(
-            "vgraph:e2e_request_latency_seconds", "Arrival to last token.", labels,
-            buckets=E2E_BUCKETS, registry=reg)
+            "vgraph:e2e_request_latency_seconds",
+            "Arrival to last token.",
+            labels,
+            buckets=E2E_BUCKETS,
+            registry=reg,
+        )
         reg.register(_SchedulerCollector(self))
 
     def record(self, scheduler_stats: SchedulerStats | None, iteration: IterationStats) -> None:
@@ -68,8 +144,11 @@ class PrometheusStatLogger:
         m = self.model_name
         self.prompt_tokens.labels(m).inc(iteration.num_prompt_tokens)
         self.generation_tokens.labels(m).inc(iteration.num_generation_tokens)
-        for hist, values in ((self.ttft, iteration.ttfts), (self.itl, iteration.itls),
-                             (self.e2e, iteration.e2e_latencies)):
+        for hist, values in (
+            (self.ttft, iteration.ttfts),
+            (self.itl, iteration.itls),
+            (self.e2e, iteration.e2e_latencies),
+        ):
             child = hist.labels(m)
             for v in values:
                 child.observe(v)
@@ -97,11 +176,16 @@ class _SchedulerCollector(Collector):
 
         yield gauge("num_requests_running", "Requests in the running batch.", s.num_running)
         yield gauge("num_requests_waiting", "Requests waiting to be scheduled.", s.num_waiting)
-        yield gauge("kv_cache_usage_perc", "Fraction of KV cache blocks in use (0..1).",
-                    s.kv_cache_usage)
-        yield gauge("engine_dead", "1 once the engine core has died.", float(self.owner.engine_dead))
-        for name, doc, value in (("num_preemptions", "Preemptions (recompute).", s.num_preemptions),
-                                 ("engine_steps", "Engine steps executed.", s.num_steps)):
+        yield gauge(
+            "kv_cache_usage_perc", "Fraction of KV cache blocks in use (0..1).", s.kv_cache_usage
+        )
+        yield gauge(
+            "engine_dead", "1 once the engine core has died.", float(self.owner.engine_dead)
+        )
+        for name, doc, value in (
+            ("num_preemptions", "Preemptions (recompute).", s.num_preemptions),
+            ("engine_steps", "Engine steps executed.", s.num_steps),
+        ):
             c = CounterMetricFamily(f"vgraph:{name}", doc, labels=["model_name"])
             c.add_metric([m], value)
             yield c
@@ -110,23 +194,35 @@ class _SchedulerCollector(Collector):
 
 def counter_metrics(counters: dict[str, float], model_name: str) -> Iterator[Metric]:
     """SchedulerStats.counters (graph-mode work) -> metric families, by the rules above."""
-    steps = CounterMetricFamily("vgraph:cudagraph_steps", "Engine steps per cudagraph runtime mode.",
-                                labels=["model_name", "mode"])
-    fallback = CounterMetricFamily("vgraph:eager_fallback_steps", "Steps run eagerly, by reason.",
-                                   labels=["model_name", "reason"])
+    steps = CounterMetricFamily(
+        "vgraph:cudagraph_steps",
+        "Engine steps per cudagraph runtime mode.",
+        labels=["model_name", "mode"],
+    )
+    fallback = CounterMetricFamily(
+        "vgraph:eager_fallback_steps",
+        "Steps run eagerly, by reason.",
+        labels=["model_name", "reason"],
+    )
     for key, value in sorted(counters.items()):
         if key.startswith("steps_"):
-            steps.add_metric([model_name, key[len("steps_"):]], value)
+            steps.add_metric([model_name, key[len("steps_") :]], value)
         elif key.startswith("eager_fallback_"):
-            fallback.add_metric([model_name, key[len("eager_fallback_"):]], value)
+            fallback.add_metric([model_name, key[len("eager_fallback_") :]], value)
         elif key == "padded_tokens":
-            c = CounterMetricFamily("vgraph:padded_tokens", "Pad tokens added to reach a capture "
-                                    "size.", labels=["model_name"])
+            c = CounterMetricFamily(
+                "vgraph:padded_tokens",
+                "Pad tokens added to reach a capture size.",
+                labels=["model_name"],
+            )
             c.add_metric([model_name], value)
             yield c
         else:
-            g = GaugeMetricFamily("vgraph:" + re.sub(r"[^a-zA-Z0-9_]", "_", key),
-                                  f"Engine counter {key!r}.", labels=["model_name"])
+            g = GaugeMetricFamily(
+                "vgraph:" + re.sub(r"[^a-zA-Z0-9_]", "_", key),
+                f"Engine counter {key!r}.",
+                labels=["model_name"],
+            )
             g.add_metric([model_name], value)
             yield g
     yield steps

@@ -28,18 +28,31 @@ MAX_STOP = 16
 class APIError(Exception):
     """An error for the client, rendered as {"error": {message, type, param, code}}."""
 
-    TYPES: ClassVar[dict[int, str]] = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-             405: "invalid_request_error", 413: "invalid_request_error",
-             500: "internal_server_error", 503: "service_unavailable_error"}
+    TYPES: ClassVar[dict[int, str]] = {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        404: "not_found_error",
+        405: "invalid_request_error",
+        413: "invalid_request_error",
+        500: "internal_server_error",
+        503: "service_unavailable_error",
+    }
 
-    def __init__(self, message: str, status: int = 400, param: str | None = None,
-                 code: str | None = None) -> None:
+    def __init__(
+        self, message: str, status: int = 400, param: str | None = None, code: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message, self.status, self.param, self.code = message, status, param, code
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.TYPES.get(self.status, "error"),
-                          "param": self.param, "code": self.code}}
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.TYPES.get(self.status, "error"),
+                "param": self.param,
+                "code": self.code,
+            }
+        }
 
 
 class StrictModel(BaseModel):
@@ -82,20 +95,27 @@ class SamplingRequest(StrictModel):
         if self.logit_bias:
             raise APIError("logit_bias is not supported by vgraph", param="logit_bias")
         if self.stream_options is not None and not self.stream:
-            raise APIError("stream_options is only allowed with stream=true",
-                           param="stream_options")
+            raise APIError(
+                "stream_options is only allowed with stream=true", param="stream_options"
+            )
 
     def sampling_params(self, max_tokens: int, logprobs: int | None) -> SamplingParams:
         """SamplingParams of this request; its own checks become a 400 naming the field."""
         stop = [self.stop] if isinstance(self.stop, str) else self.stop
         try:
             return SamplingParams(
-                n=self.n, temperature=1.0 if self.temperature is None else self.temperature,
+                n=self.n,
+                temperature=1.0 if self.temperature is None else self.temperature,
                 top_p=1.0 if self.top_p is None else self.top_p,
                 top_k=-1 if self.top_k in (None, 0) else self.top_k,
-                min_p=self.min_p or 0.0, seed=self.seed, max_tokens=max_tokens,
-                min_tokens=self.min_tokens, stop=stop, stop_token_ids=self.stop_token_ids,
-                ignore_eos=self.ignore_eos, logprobs=logprobs,
+                min_p=self.min_p or 0.0,
+                seed=self.seed,
+                max_tokens=max_tokens,
+                min_tokens=self.min_tokens,
+                stop=stop,
+                stop_token_ids=self.stop_token_ids,
+                ignore_eos=self.ignore_eos,
+                logprobs=logprobs,
                 include_stop_str_in_output=self.include_stop_str_in_output,
                 skip_special_tokens=self.skip_special_tokens,
             )
@@ -118,8 +138,9 @@ class CompletionRequest(SamplingRequest):
         if self.suffix:
             raise APIError("suffix is not supported by vgraph", param="suffix")
         if self.best_of not in (None, self.n):
-            raise APIError("best_of is not supported by vgraph; omit it or make it equal n",
-                           param="best_of")
+            raise APIError(
+                "best_of is not supported by vgraph; omit it or make it equal n", param="best_of"
+            )
 
 
 class TextPart(StrictModel):

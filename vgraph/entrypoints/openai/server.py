@@ -80,8 +80,11 @@ def build_app(engine: AsyncLLM, args: argparse.Namespace) -> FastAPI:
             return
         got = request.headers.get("authorization", "").encode()
         if not hmac.compare_digest(got, expected_auth):
-            raise APIError("missing or incorrect API key; send `Authorization: Bearer <key>`",
-                           401, code="invalid_api_key")
+            raise APIError(
+                "missing or incorrect API key; send `Authorization: Bearer <key>`",
+                401,
+                code="invalid_api_key",
+            )
 
     app = FastAPI(title="vgraph", version=vgraph.__version__, lifespan=lifespan)
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(check_api_key)])
@@ -89,9 +92,20 @@ def build_app(engine: AsyncLLM, args: argparse.Namespace) -> FastAPI:
     @v1.get("/models")
     async def models() -> dict[str, Any]:
         mc = engine.config.model_config
-        return {"object": "list", "data": [{
-            "id": model_name, "object": "model", "created": int(time.time()), "owned_by": "vgraph",
-            "root": mc.model, "parent": None, "max_model_len": mc.max_model_len}]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": model_name,
+                    "object": "model",
+                    "created": int(time.time()),
+                    "owned_by": "vgraph",
+                    "root": mc.model,
+                    "parent": None,
+                    "max_model_len": mc.max_model_len,
+                }
+            ],
+        }
 
     @v1.post("/completions")
     async def completions(request: Request) -> Response:
@@ -124,14 +138,16 @@ def build_app(engine: AsyncLLM, args: argparse.Namespace) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse(APIError(str(e.detail), e.status_code).body(),
-                            status_code=e.status_code)
+        return JSONResponse(
+            APIError(str(e.detail), e.status_code).body(), status_code=e.status_code
+        )
 
     @app.exception_handler(Exception)
     async def on_error(request: Request, e: Exception) -> JSONResponse:
         logger.exception("internal error in %s", request.url.path)
-        return JSONResponse(APIError(f"internal error: {type(e).__name__}", 500).body(),
-                            status_code=500)
+        return JSONResponse(
+            APIError(f"internal error: {type(e).__name__}", 500).body(), status_code=500
+        )
 
     return app
 
@@ -149,8 +165,11 @@ async def read_json(request: Request, limit: int) -> Any:
         elif total > DRAIN_FACTOR * limit:  # stop reading; the connection will be dropped
             break
     if too_large:
-        raise APIError(f"request body is larger than the limit of {limit} bytes "
-                       f"(--max-request-body-bytes)", 413, code="request_too_large")
+        raise APIError(
+            f"request body is larger than the limit of {limit} bytes (--max-request-body-bytes)",
+            413,
+            code="request_too_large",
+        )
     try:
         text = b"".join(chunks).decode("utf-8")
     except UnicodeDecodeError as e:
@@ -173,8 +192,9 @@ def parse(model: type[M], body: Any) -> M:
         err = e.errors(include_url=False)[0]
         if err["type"] == "extra_forbidden":
             field = ".".join(str(x) for x in err["loc"])
-            raise APIError(f"Unrecognized request argument supplied: {field}",
-                           param=field) from None
+            raise APIError(
+                f"Unrecognized request argument supplied: {field}", param=field
+            ) from None
         # drop the union-branch names pydantic puts in loc ("str", "list[int]", ...)
         field = ".".join(str(x) for x in err["loc"] if isinstance(x, int) or x in _FIELDS) or None
         msg = _UNION_HINTS.get(field or "", err["msg"]) if len(e.errors()) > 1 else err["msg"]
@@ -185,17 +205,22 @@ def parse(model: type[M], body: Any) -> M:
 
 _UNION_HINTS = {  # fields whose several allowed forms make pydantic's first complaint misleading
     "prompt": "must be a string, a list of token ids, a list of strings or a list of token-id "
-              "lists",
+    "lists",
     "stop": "must be a string or a list of at most 16 strings",
 }
 
 
-_FIELDS = set().union(*(m.model_fields for m in (
-    CompletionRequest, ChatCompletionRequest, ChatMessage, StreamOptions, TextPart)))
+_FIELDS = set().union(
+    *(
+        m.model_fields
+        for m in (CompletionRequest, ChatCompletionRequest, ChatMessage, StreamOptions, TextPart)
+    )
+)
 
 
-async def respond(request: Request, work: Awaitable[dict[str, Any] | AsyncIterator[str]]
-                  ) -> Response:
+async def respond(
+    request: Request, work: Awaitable[dict[str, Any] | AsyncIterator[str]]
+) -> Response:
     """Run a handler until it answers or the client goes away (then cancel it)."""
     task = asyncio.ensure_future(work)
     watch = asyncio.ensure_future(_wait_for_disconnect(request))
@@ -226,11 +251,16 @@ def run_server(args: argparse.Namespace, config: Any) -> int:
     engine = AsyncLLM(config)
     try:
         app = build_app(engine, args)
-        server = uvicorn.Server(uvicorn.Config(
-            app, host=args.host, port=args.port, log_level=args.uvicorn_log_level,
-            access_log=not args.disable_access_log,
-            timeout_graceful_shutdown=args.graceful_shutdown_timeout,
-        ))
+        server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                host=args.host,
+                port=args.port,
+                log_level=args.uvicorn_log_level,
+                access_log=not args.disable_access_log,
+                timeout_graceful_shutdown=args.graceful_shutdown_timeout,
+            )
+        )
         logger.info("serving %s on http://%s:%d", config.model_config.name, args.host, args.port)
         asyncio.run(server.serve())
         return 0 if server.started else 1

@@ -35,10 +35,16 @@ class OpenAIServingCompletion(OpenAIServing):
         self.check_request(req)
         prompts = prompt_list(req.prompt)
         tokenized = [self.tokenize(p, "prompt") for p in prompts]
-        params = [self.sampling_params(req, req.max_tokens, len(ids), DEFAULT_MAX_TOKENS,
-                                       req.logprobs) for _, ids in tokenized]
-        head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
-                "created": int(time.time()), "model": self.model_name}
+        params = [
+            self.sampling_params(req, req.max_tokens, len(ids), DEFAULT_MAX_TOKENS, req.logprobs)
+            for _, ids in tokenized
+        ]
+        head = {
+            "id": f"cmpl-{uuid.uuid4().hex}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+        }
         if req.stream:
             return self.stream(req, tokenized, params, head)
         choices: dict[int, Choice] = {}
@@ -49,15 +55,28 @@ class OpenAIServingCompletion(OpenAIServing):
         body = []
         for c in sorted(choices.values(), key=lambda c: c.index):
             lp = None if req.logprobs is None else logprobs_block(c.token_ids, c.logprobs, 0)
-            body.append({"index": c.index, "text": c.text, "logprobs": lp,
-                         "finish_reason": c.finish_reason, "stop_reason": c.stop_reason})
+            body.append(
+                {
+                    "index": c.index,
+                    "text": c.text,
+                    "logprobs": lp,
+                    "finish_reason": c.finish_reason,
+                    "stop_reason": c.stop_reason,
+                }
+            )
         num_completion = sum(len(c.token_ids) for c in choices.values())
-        return {**head, "choices": body,
-                "usage": usage(sum(len(ids) for _, ids in tokenized), num_completion)}
+        return {
+            **head,
+            "choices": body,
+            "usage": usage(sum(len(ids) for _, ids in tokenized), num_completion),
+        }
 
     async def stream(
-        self, req: CompletionRequest, tokenized: list[tuple[str | None, list[int]]],
-        params: list[SamplingParams], head: dict[str, Any],
+        self,
+        req: CompletionRequest,
+        tokenized: list[tuple[str | None, list[int]]],
+        params: list[SamplingParams],
+        head: dict[str, Any],
     ) -> AsyncIterator[str]:
         opts = req.stream_options
         num_prompt = sum(len(ids) for _, ids in tokenized)
@@ -73,9 +92,18 @@ class OpenAIServingCompletion(OpenAIServing):
                     lp = None
                     if req.logprobs is not None:
                         lp = logprobs_block(comp.token_ids, comp.logprobs or [], offset)
-                    chunk = {**head, "choices": [{
-                        "index": index, "text": comp.text, "logprobs": lp,
-                        "finish_reason": comp.finish_reason, "stop_reason": comp.stop_reason}]}
+                    chunk = {
+                        **head,
+                        "choices": [
+                            {
+                                "index": index,
+                                "text": comp.text,
+                                "logprobs": lp,
+                                "finish_reason": comp.finish_reason,
+                                "stop_reason": comp.stop_reason,
+                            }
+                        ],
+                    }
                     if opts is not None and opts.continuous_usage_stats:
                         chunk["usage"] = usage(num_prompt, num_completion)
                     yield sse(chunk)
@@ -91,8 +119,11 @@ def prompt_list(prompt: str | list[int] | list[str] | list[list[int]]) -> list[s
     if isinstance(prompt, str) or not prompt or isinstance(prompt[0], int):
         return [prompt]
     if len(prompt) > MAX_PROMPTS:
-        raise APIError(f"prompt is a batch of {len(prompt)} prompts; at most {MAX_PROMPTS} are "
-                       f"allowed per request", param="prompt")
+        raise APIError(
+            f"prompt is a batch of {len(prompt)} prompts; at most {MAX_PROMPTS} are "
+            f"allowed per request",
+            param="prompt",
+        )
     return list(prompt)
 
 
@@ -109,5 +140,9 @@ def logprobs_block(
         top.append({(lp.decoded_token or ""): finite(lp.logprob) for lp in entries.values()})
         offsets.append(text_offset)
         text_offset += len(text)
-    return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top,
-            "text_offset": offsets}
+    return {
+        "tokens": tokens,
+        "token_logprobs": token_logprobs,
+        "top_logprobs": top,
+        "text_offset": offsets,
+    }

@@ -36,8 +36,11 @@ def finite(x: float) -> float:
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
 @dataclass
@@ -60,12 +63,15 @@ class OpenAIServing:
 
     def check_request(self, req: SamplingRequest) -> None:
         if req.model is not None and req.model != self.model_name:
-            raise APIError(f"The model `{req.model}` does not exist; this server serves "
-                           f"`{self.model_name}`", 404, "model", "model_not_found")
+            raise APIError(
+                f"The model `{req.model}` does not exist; this server serves `{self.model_name}`",
+                404,
+                "model",
+                "model_not_found",
+            )
         req.check_unsupported()
         if self.engine.is_dead:
-            raise APIError(f"the engine is dead: {self.engine.dead_error}", 503,
-                           code="engine_dead")
+            raise APIError(f"the engine is dead: {self.engine.dead_error}", 503, code="engine_dead")
 
     def tokenize(self, prompt: PromptType, param: str) -> tuple[str | None, list[int]]:
         try:
@@ -73,13 +79,21 @@ class OpenAIServing:
         except ValueError as e:
             raise APIError(str(e), param=param) from None
         if len(ids) >= self.max_model_len:
-            raise APIError(f"prompt has {len(ids)} tokens, which leaves no room to generate: "
-                           f"this model's maximum context length is {self.max_model_len} tokens",
-                           param=param)
+            raise APIError(
+                f"prompt has {len(ids)} tokens, which leaves no room to generate: "
+                f"this model's maximum context length is {self.max_model_len} tokens",
+                param=param,
+            )
         return text, ids
 
-    def sampling_params(self, req: SamplingRequest, max_tokens: int | None, prompt_len: int,
-                        default_max: int | None, logprobs: int | None) -> SamplingParams:
+    def sampling_params(
+        self,
+        req: SamplingRequest,
+        max_tokens: int | None,
+        prompt_len: int,
+        default_max: int | None,
+        logprobs: int | None,
+    ) -> SamplingParams:
         """max_tokens: as requested (None: default_max, else all that fits)."""
         room = self.max_model_len - prompt_len
         if max_tokens is None:
@@ -89,16 +103,21 @@ class OpenAIServing:
                 f"This model's maximum context length is {self.max_model_len} tokens. However, "
                 f"you requested {prompt_len + max_tokens} tokens ({prompt_len} in the prompt, "
                 f"{max_tokens} in the completion). Reduce the prompt or max_tokens.",
-                param="max_tokens")
+                param="max_tokens",
+            )
         return req.sampling_params(max_tokens, logprobs)
 
     async def generate_all(
-        self, prompts: list[tuple[str | None, list[int]]], params: list[SamplingParams],
+        self,
+        prompts: list[tuple[str | None, list[int]]],
+        params: list[SamplingParams],
         request_id: str,
     ) -> AsyncIterator[tuple[int, RequestOutput]]:
         """(prompt index, delta output) of every prompt, merged; errors become APIErrors."""
-        gens = [self.engine.generate_tokenized(text, ids, p, f"{request_id}-{i}")
-                for i, ((text, ids), p) in enumerate(zip(prompts, params))]
+        gens = [
+            self.engine.generate_tokenized(text, ids, p, f"{request_id}-{i}")
+            for i, ((text, ids), p) in enumerate(zip(prompts, params))
+        ]
         try:
             async for i, out in merge_async_iterators(gens):
                 if out.error is not None:  # bad input the frontend let through: this request
