@@ -70,12 +70,19 @@ class AsyncLLM:
         self.times: dict[str, RequestTimes] = {}
         self.output_handler: asyncio.Task[None] | None = None
         self.dead_error: EngineDeadError | None = None
+        self._dead = asyncio.Event()
         self.scheduler_stats: SchedulerStats | None = None
         self.stat_loggers: list[StatLogger] = []
 
     @property
     def is_dead(self) -> bool:
         return self.dead_error is not None
+
+    async def wait_dead(self) -> EngineDeadError:
+        """Returns once the engine core has died."""
+        await self._dead.wait()
+        assert self.dead_error is not None
+        return self.dead_error
 
     def tokenize(self, prompt: PromptType) -> tuple[str | None, list[int]]:
         """(text or None, token ids), validated; raises ValueError on bad input."""
@@ -201,6 +208,7 @@ class AsyncLLM:
     def _fail_all(self, error: EngineDeadError) -> None:
         logger.error("engine is dead: %s", error)
         self.dead_error = error
+        self._dead.set()
         for queue in self.queues.values():
             queue.put_nowait(error)
 

@@ -110,6 +110,13 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
         help="larger request bodies get 413 (default: 1 MiB)",
     )
     p.add_argument(
+        "--engine-death-grace",
+        type=float,
+        default=5.0,
+        help="if the engine core dies, seconds the server keeps answering 503 (so health checks "
+        "see it) before it exits with status 1 (default: %(default)s)",
+    )
+    p.add_argument(
         "--graceful-shutdown-timeout",
         type=float,
         default=10.0,

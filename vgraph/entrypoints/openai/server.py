@@ -262,7 +262,23 @@ def run_server(args: argparse.Namespace, config: Any) -> int:
             )
         )
         logger.info("serving %s on http://%s:%d", config.model_config.name, args.host, args.port)
-        asyncio.run(server.serve())
-        return 0 if server.started else 1
+        asyncio.run(_serve(server, engine, args.engine_death_grace))
+        return 0 if server.started and not engine.is_dead else 1
     finally:
         engine.shutdown()
+
+
+async def _serve(server: Any, engine: AsyncLLM, grace_s: float) -> None:
+    watcher = asyncio.create_task(_stop_after_engine_death(server, engine, grace_s))
+    try:
+        await server.serve()
+    finally:
+        watcher.cancel()
+
+
+async def _stop_after_engine_death(server: Any, engine: AsyncLLM, grace_s: float) -> None:
+    """A dead engine core ends the server: /health says 503 for grace_s, then exit status 1."""
+    await engine.wait_dead()
+    logger.error("engine core is dead; /health answers 503, the server exits in %.0f s", grace_s)
+    await asyncio.sleep(grace_s)
+    server.should_exit = True
