@@ -1,0 +1,29 @@
+"""`vgraph bench latency` on the CPU: one row per mode, JSON written, graphs really replayed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from vgraph.bench.latency import add_cli_args, main
+
+
+def test_latency_bench_writes_json_and_uses_graphs(tiny_checkpoint, tmp_path, capsys):
+    model = tiny_checkpoint("llama")
+    out = tmp_path / "latency.json"
+    args = add_cli_args(argparse.ArgumentParser()).parse_args([
+        "--model", str(model), "--load-format", "auto", "--modes", "NONE", "FULL_DECODE_ONLY",
+        "--batch-sizes", "1", "3", "--context-len", "9", "--mixed", "2+5",
+        "--max-model-len", "256", "--num-iters", "3", "--num-warmup", "1", "--out", str(out),
+    ])
+    main(args)
+    report = json.loads(out.read_text())
+    assert [r["mode"] for r in report["results"]] == ["NONE", "FULL_DECODE_ONLY"]
+    none, full = report["results"]
+    assert none["runtime_modes"] == {"decode_1": "NONE", "decode_3": "NONE", "mixed": "NONE"}
+    assert full["runtime_modes"]["decode_3"] == "FULL"  # 3 requests padded to the size 4 graph
+    assert full["runtime_modes"]["mixed"] == "NONE"  # FULL_DECODE_ONLY: mixed steps run eager
+    assert full["num_graphs"] > 0 and none["num_graphs"] == 0
+    assert all(v > 0 for r in report["results"] for v in r["decode_ms"].values())
+    assert "torch" in report["environment"]
+    assert "decode step latency" in capsys.readouterr().out
