@@ -11,11 +11,11 @@ from vgraph.bench.latency import add_cli_args, main
 def test_latency_bench_writes_json_and_uses_graphs(tiny_checkpoint, tmp_path, capsys):
     model = tiny_checkpoint("llama")
     out = tmp_path / "latency.json"
-    args = add_cli_args(argparse.ArgumentParser()).parse_args([
-        "--model", str(model), "--load-format", "auto", "--modes", "NONE", "FULL_DECODE_ONLY",
-        "--batch-sizes", "1", "3", "--context-len", "9", "--mixed", "2+5",
-        "--max-model-len", "256", "--num-iters", "3", "--num-warmup", "1", "--out", str(out),
-    ])
+    argv = (
+        f"--model {model} --load-format auto --modes NONE FULL_DECODE_ONLY --batch-sizes 1 3 "
+        f"--context-len 9 --mixed 2+5 --max-model-len 256 --num-iters 3 --num-warmup 1 --out {out}"
+    )
+    args = add_cli_args(argparse.ArgumentParser()).parse_args(argv.split())
     main(args)
     report = json.loads(out.read_text())
     assert [r["mode"] for r in report["results"]] == ["NONE", "FULL_DECODE_ONLY"]
