@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vgraph._ext import ext_unavailable_reason, has_cuda_kernels, load_ext
+from tests.kernels.devices import cuda_param
+from vgraph._ext import ext_unavailable_reason, load_ext
 from vgraph.layers.layernorm import RMSNorm
 from vgraph.layers.linear import SiluAndMul
 from vgraph.layers.rotary import RotaryEmbedding
@@ -18,16 +19,7 @@ from vgraph.layers.rotary import RotaryEmbedding
 if not load_ext():
     pytest.skip(ext_unavailable_reason(), allow_module_level=True)
 
-CUDA = pytest.param(
-    "cuda",
-    marks=[
-        pytest.mark.gpu,
-        pytest.mark.skipif(
-            not (torch.cuda.is_available() and has_cuda_kernels("rms_norm")),
-            reason="needs a GPU and a CUDA build of vgraph._C with the layer ops",
-        ),
-    ],
-)
+CUDA = cuda_param("rms_norm")
 DEVICES = ["cpu", CUDA]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # About one unit in the last place of the dtype (the fused op may round once where torch differs

@@ -12,22 +12,14 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from tests.kernels.devices import cuda_param
 from vgraph._ext import ext_unavailable_reason, has_cuda_kernels, load_ext
 from vgraph.attention.ops_ref import paged_attention_ref, reshape_and_cache_ref
 
 if not load_ext():
     pytest.skip(ext_unavailable_reason(), allow_module_level=True)
 
-CUDA = pytest.param(
-    "cuda",
-    marks=[
-        pytest.mark.gpu,
-        pytest.mark.skipif(
-            not (torch.cuda.is_available() and has_cuda_kernels()),
-            reason="needs a GPU and a CUDA build of vgraph._C",
-        ),
-    ],
-)
+CUDA = cuda_param()
 DEVICES = ["cpu", CUDA]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # Relative-norm error bound per dtype: dominated by rounding the output to the dtype.

@@ -8,22 +8,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vgraph._ext import ext_unavailable_reason, has_cuda_kernels, load_ext
+from tests.kernels.devices import cuda_param
+from vgraph._ext import ext_unavailable_reason, load_ext
 from vgraph.attention.ops_ref import reshape_and_cache_ref
 
 if not load_ext():
     pytest.skip(ext_unavailable_reason(), allow_module_level=True)
 
-CUDA = pytest.param(
-    "cuda",
-    marks=[
-        pytest.mark.gpu,
-        pytest.mark.skipif(
-            not (torch.cuda.is_available() and has_cuda_kernels()),
-            reason="needs a GPU and a CUDA build of vgraph._C",
-        ),
-    ],
-)
+CUDA = cuda_param()
 NUM_KV_HEADS, NUM_BLOCKS, NUM_TOKENS, NUM_PAD_TOKENS = 4, 12, 37, 5
 
 
