@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch._library.custom_ops import OPDEFS
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map_only
 
 
 class GraphBackend(ABC):
@@ -31,6 +31,10 @@ class GraphBackend(ABC):
 
     @abstractmethod
     def replay(self, graph: Any) -> None: ...
+
+    def keep_output(self, output: Any) -> Any:
+        """What a wrapper keeps of a captured output, to hand back at every replay."""
+        return output
 
     def memory_in_use(self) -> int:
         """Bytes the device has in use now (for the capture log); 0 where unknown."""
@@ -52,11 +56,31 @@ class CudaGraphBackend(GraphBackend):
     def replay(self, graph: torch.cuda.CUDAGraph) -> None:
         graph.replay()
 
+    def keep_output(self, output: Any) -> Any:
+        """Non-owning aliases of the output's tensors (as vLLM's weak_ref_tensors).
+
+        Once the capturing forward lets go of its tensors, their pool memory goes to the graphs
+        captured after it (smaller sizes, later pieces). That is safe because a step replays
+        one size only and consumes its output before the next step: what a graph of one size
+        writes there never has to survive a replay of another. Kept strongly, every piece's
+        output would hold memory for every capture size.
+        """
+        return tree_map_only(torch.Tensor, non_owning_alias, output)
+
     def memory_in_use(self) -> int:
         torch.cuda.synchronize()
         torch.cuda.empty_cache()  # cached free blocks would hide the pool's new segments
         free, total = torch.cuda.mem_get_info()
         return total - free
+
+
+def non_owning_alias(t: torch.Tensor) -> torch.Tensor:
+    """A tensor over t's memory that does not keep it allocated (no deleter)."""
+    storage = torch._C._construct_storage_from_data_pointer(
+        t.untyped_storage().data_ptr(), t.device, t.untyped_storage().nbytes()
+    )
+    alias = torch.empty(0, dtype=t.dtype, device=t.device)
+    return alias.set_(storage, t.storage_offset(), t.size(), t.stride())
 
 
 class _Replay(enum.Enum):

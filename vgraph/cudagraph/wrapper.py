@@ -49,5 +49,5 @@ class CUDAGraphWrapper:
         if not ctx.capturing:
             raise RuntimeError(f"no {self.runtime_mode.name} graph was captured for {key}")
         graph, output = self.backend.capture(lambda: self.runnable(*args, **kwargs))
-        self.entries[key] = _Entry(graph, output)
-        return output
+        self.entries[key] = _Entry(graph, self.backend.keep_output(output))
+        return output  # the capturing forward holds the real tensors until it ends
