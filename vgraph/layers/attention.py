@@ -3,6 +3,10 @@
 `vgraph::unified_attention_with_output` writes into an output tensor it is given and returns
 nothing, so Dynamo sees one opaque op per layer: the piecewise compiler splits the model there.
 The op finds its layer's backend impl, KV cache and the step's metadata in the ForwardContext.
+
+Only Dynamo needs the op: going through the dispatcher costs a Python custom op some 20-40 us a
+call, more than a decode step's attention kernels. Eager forwards (NONE, and the attention calls
+between replayed pieces, see compilation/backend.py) run its body, `unified_attention`, directly.
 """
 
 from __future__ import annotations
@@ -14,8 +18,7 @@ from vgraph.attention.backend import AttentionImpl
 from vgraph.forward_context import get_forward_context
 
 
-@torch.library.custom_op("vgraph::unified_attention_with_output", mutates_args=("output",))
-def unified_attention_with_output(
+def unified_attention(
     query: torch.Tensor,  # [num_tokens, num_heads, head_dim]
     key: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
     value: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
@@ -28,6 +31,11 @@ def unified_attention_with_output(
         return
     layer: Attention = ctx.attn_layers[layer_name]
     layer.impl.forward(query, key, value, ctx.kv_caches[layer_name], ctx.attn_metadata, output)
+
+
+unified_attention_with_output = torch.library.custom_op(
+    "vgraph::unified_attention_with_output", unified_attention, mutates_args=("output",)
+)
 
 
 @unified_attention_with_output.register_fake
@@ -63,7 +71,12 @@ class Attention(nn.Module):
     ) -> torch.Tensor:  # [num_tokens, num_heads * head_dim]
         n = q.shape[0]
         output = torch.empty_like(q)
-        torch.ops.vgraph.unified_attention_with_output(
+        attend = (
+            torch.ops.vgraph.unified_attention_with_output  # one opaque op to split the graph at
+            if torch.compiler.is_compiling()
+            else unified_attention
+        )
+        attend(
             q.view(n, self.num_heads, self.head_dim),
             k.view(n, self.num_kv_heads, self.head_dim),
             v.view(n, self.num_kv_heads, self.head_dim),
