@@ -4,26 +4,48 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+
+import pytest
 
 from vgraph.bench.latency import add_cli_args, main
 
 
-def test_latency_bench_writes_json_and_uses_graphs(tiny_checkpoint, tmp_path, capsys):
+def test_latency_bench_writes_json_and_uses_graphs(tiny_checkpoint, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("VGRAPH_CACHE_DIR", str(tmp_path))  # the piecewise compile cache
     model = tiny_checkpoint("llama")
     out = tmp_path / "latency.json"
     argv = (
-        f"--model {model} --load-format auto --modes NONE FULL_DECODE_ONLY --batch-sizes 1 3 "
+        f"--model {model} --load-format auto --modes NONE FULL_DECODE_ONLY PIECEWISE "
+        "--batch-sizes 1 3 "
         f"--context-len 9 --mixed 2+5 --max-model-len 256 --num-iters 3 --num-warmup 1 --out {out}"
     )
     args = add_cli_args(argparse.ArgumentParser()).parse_args(argv.split())
     main(args)
     report = json.loads(out.read_text())
-    assert [r["mode"] for r in report["results"]] == ["NONE", "FULL_DECODE_ONLY"]
-    none, full = report["results"]
+    assert [r["mode"] for r in report["results"]] == ["NONE", "FULL_DECODE_ONLY", "PIECEWISE"]
+    none, full, piecewise = report["results"]
     assert none["runtime_modes"] == {"decode_1": "NONE", "decode_3": "NONE", "mixed": "NONE"}
     assert full["runtime_modes"]["decode_3"] == "FULL"  # 3 requests padded to the size 4 graph
     assert full["runtime_modes"]["mixed"] == "NONE"  # FULL_DECODE_ONLY: mixed steps run eager
     assert full["num_graphs"] > 0 and none["num_graphs"] == 0
+    assert set(piecewise["runtime_modes"].values()) == {"PIECEWISE"}  # decodes and mixed
+    assert piecewise["num_pieces"] == 3 and piecewise["compile_s"] > 0
+    assert "compile_s" not in full
     assert all(v > 0 for r in report["results"] for v in r["decode_ms"].values())
     assert "torch" in report["environment"]
     assert "decode step latency" in capsys.readouterr().out
+
+
+def test_a_failing_mode_is_recorded_and_the_others_still_run(tiny_checkpoint, tmp_path):
+    out = tmp_path / "latency.json"
+    argv = (
+        f"--model {tiny_checkpoint('llama')} --load-format auto --modes BOGUS NONE "
+        f"--batch-sizes 1 --context-len 4 --mixed '' --max-model-len 64 --num-iters 2 "
+        f"--num-warmup 1 --out {out}"
+    )
+    args = add_cli_args(argparse.ArgumentParser()).parse_args(shlex.split(argv))
+    with pytest.raises(SystemExit, match="BOGUS failed"):
+        main(args)
+    bogus, none = json.loads(out.read_text())["results"]
+    assert "cudagraph_mode" in bogus["error"] and none["decode_ms"]["1"] > 0

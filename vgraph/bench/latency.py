@@ -5,7 +5,8 @@ recorded), then hand-built steps run through `ModelRunner.execute_model`: a deco
 requests whose KV cache was really prefilled (context_len tokens each), and a mixed step (decodes
 plus one prefill chunk). A step's time includes input preparation, the forward (replayed or
 eager), sampling and the device-to-host copy, as the engine pays it. Warm-up first, then the
-median of many steps. Prints a table and writes JSON.
+median of many steps. Prints a table and writes JSON (after every mode, so a run cut short keeps
+what it measured). A mode that fails is recorded with its error and the next one runs.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import platform
 import statistics
 import time
+import traceback
 from datetime import datetime, timezone
 from typing import Any
 
@@ -143,11 +145,25 @@ def bench_mode(args: argparse.Namespace, mode: str) -> dict[str, Any]:
         capture_s=c["capture_seconds"],
         graph_memory_mib=c["graph_memory_bytes"] / 2**20,
     )
+    stats = _compile_stats(core)
+    if stats is not None:
+        result.update(
+            compile_s=stats.compile_seconds,
+            compile_cache_hit=stats.cache_hit,
+            num_pieces=stats.num_pieces,
+        )
     del core, b
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return result
+
+
+def _compile_stats(core: EngineCore) -> Any:
+    """The piecewise compile's CompileStats (under the FULL wrapper, if any); None when eager."""
+    model = core.runner.model_fn
+    model = getattr(model, "runnable", model)
+    return getattr(model, "stats", None)
 
 
 def _used_mode(before: dict[str, float], after: dict[str, float]) -> str:
@@ -171,21 +187,46 @@ def environment() -> dict[str, Any]:
 
 def print_table(model: str, results: list[dict[str, Any]], batch_sizes: list[int]) -> None:
     head = f"{'mode':<20}{'resolved':<20}" + "".join(f"{'B=' + str(b):>10}" for b in batch_sizes)
-    head += f"{'mixed':>10}{'start s':>10}{'graphs':>8}{'mem MiB':>10}"
+    head += f"{'mixed':>10}{'start s':>10}{'compile s':>10}{'graphs':>8}{'mem MiB':>10}"
     print(f"\n{model}: decode step latency, median ms")
     print(head)
     for r in results:
+        if "error" in r:
+            print(f"{r['mode']:<20}failed: {r['error']}")
+            continue
         row = f"{r['mode']:<20}{r['resolved_mode']:<20}"
         row += "".join(f"{r['decode_ms'][b]:>10.3f}" for b in batch_sizes)
         row += f"{r.get('mixed_ms', float('nan')):>10.3f}{r['startup_s']:>10.1f}"
+        row += f"{r.get('compile_s', 0.0):>10.1f}"
         row += f"{int(r['num_graphs']):>8}{r['graph_memory_mib']:>10.1f}"
         print(row)
 
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
-    results = [bench_mode(args, m) for m in args.modes]
+    results: list[dict[str, Any]] = []
+    report = _report(args, results)
+    for mode in args.modes:
+        try:
+            results.append(bench_mode(args, mode))
+        except Exception as e:  # one broken mode must not cost the others' numbers
+            traceback.print_exc()
+            results.append({"mode": mode, "error": f"{type(e).__name__}: {e}"})
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        report = _report(args, results)
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(report, f, indent=2)
     print_table(args.model, results, args.batch_sizes)
-    report = {
+    failed = [r["mode"] for r in results if "error" in r]
+    if failed:
+        raise SystemExit(f"bench latency: mode(s) {', '.join(failed)} failed")
+    return report
+
+
+def _report(args: argparse.Namespace, results: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
         "benchmark": "latency",
         "model": args.model,
         "load_format": args.load_format,
@@ -195,10 +236,6 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         "environment": environment(),
         "results": results,
     }
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(report, f, indent=2)
-    return report
 
 
 if __name__ == "__main__":
