@@ -209,12 +209,32 @@ class CompilationConfig:
             cudagraph_mode=mode,
             cudagraph_capture_sizes=tuple(resolve_capture_sizes(self, sched)),
             splitting_ops=(ATTENTION_OP,) if self.splitting_ops is None else self.splitting_ops,
-            use_inductor=device.type == "cuda" if self.use_inductor is None else self.use_inductor,
+            use_inductor=_resolve_use_inductor(self.use_inductor, device),
         )
 
     @property
     def max_capture_size(self) -> int:
         return max(self.cudagraph_capture_sizes or (0,))
+
+
+def _resolve_use_inductor(use_inductor: bool | None, device: torch.device) -> bool:
+    """Auto: on for CUDA when Triton (Inductor's GPU code generator) is installed."""
+    if device.type != "cuda":
+        return bool(use_inductor)
+    from torch.utils._triton import has_triton
+
+    if has_triton():
+        return use_inductor is not False
+    if use_inductor:
+        raise ValueError(
+            "compilation config: use_inductor=true needs Triton on CUDA, and it is not "
+            "installed; install triton or set use_inductor to false"
+        )
+    if use_inductor is None:
+        logger.warning(
+            "Triton is not installed: piecewise pieces run uncompiled (use_inductor off)"
+        )
+    return False
 
 
 def _is_int(v: object) -> bool:

@@ -79,3 +79,22 @@ def test_user_sizes_deduplicated_sorted_and_dropped_with_warning(caplog):
     dropped = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
     assert len(dropped) == 2
     assert "5000" in dropped[0] and "9000" in dropped[1] and "512" in dropped[0]
+
+
+@pytest.mark.parametrize("triton", [True, False])
+def test_use_inductor_resolves_by_device_and_triton(triton, monkeypatch, caplog):
+    import torch.utils._triton
+
+    monkeypatch.setattr(torch.utils._triton, "has_triton", lambda: triton)
+    sched = SchedulerConfig()
+    assert CompilationConfig().resolve(CPU, sched).use_inductor is False
+    assert CompilationConfig(use_inductor=True).resolve(CPU, sched).use_inductor is True
+    assert CompilationConfig(use_inductor=False).resolve(CUDA, sched).use_inductor is False
+    with caplog.at_level(logging.WARNING, logger="vgraph.config"):
+        assert CompilationConfig().resolve(CUDA, sched).use_inductor is triton
+    assert ("Triton is not installed" in caplog.text) is not triton
+    if triton:
+        assert CompilationConfig(use_inductor=True).resolve(CUDA, sched).use_inductor
+    else:
+        with pytest.raises(ValueError, match="use_inductor=true needs Triton"):
+            CompilationConfig(use_inductor=True).resolve(CUDA, sched)
