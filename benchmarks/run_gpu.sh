@@ -2,8 +2,11 @@
 # The GPU session in one script: build csrc for sm_90, run the GPU tests, then the benchmarks.
 # Usage on the GPU machine (repo root, carried wheels in .whl): bash benchmarks/run_gpu.sh OUTDIR
 # Steps run in order of importance; each appends to OUTDIR/run.log and writes its JSON as it ends.
-# MODES (default: all five) picks the cudagraph modes of the latency benchmark; on 2026-11-30 the
-# recorded run used MODES="NONE FULL" BENCH_TIMEOUT=60 TEST_TIMEOUT=100 SKIP_KERNEL_BENCH=1.
+#   STEPS   which steps, in order (default: ext tests smollm2 llama profile kernels); a session
+#           that must stay under the device's per-call limit splits them over two calls, e.g.
+#           STEPS="ext tests smollm2" then STEPS="llama profile" (the built vgraph/_C.so stays).
+#   MODES   cudagraph modes of the latency benchmark (default: all five).
+#   BENCH_TIMEOUT, TEST_TIMEOUT   seconds per latency run / for the GPU tests.
 set -u
 out=${1:-benchmarks/results/latest}
 mkdir -p "$out"
@@ -11,18 +14,23 @@ export PYTHONUNBUFFERED=1 VGRAPH_ENABLE_MULTIPROCESSING=0
 step() { local name=$1; shift; local t0=$SECONDS
   echo "== $name: $*" >>"$out/run.log"; "$@" >"$out/step.tmp" 2>&1; local rc=$?
   cat "$out/step.tmp" >>"$out/run.log"; echo "== $name rc=$rc in $((SECONDS - t0)) s" | tee -a "$out/run.log"
-  grep -v "it/s]\|graph/s]" "$out/step.tmp" | tail -n 14; rm -f "$out/step.tmp"; }
+  grep -v "it/s]\|graph/s]\|s/graph]" "$out/step.tmp" | tail -n 16; rm -f "$out/step.tmp"; }
+latency() { step "latency_$1" timeout "${BENCH_TIMEOUT:-300}" python3 -m vgraph.bench.latency \
+  --model "$1" --modes ${MODES:-NONE PIECEWISE FULL FULL_DECODE_ONLY FULL_AND_PIECEWISE} \
+  --batch-sizes 1 8 32 128 --num-iters 50 --out "$out/latency_$1.json"; }
 
-step ext python3 -m vgraph.ext_build
-for model in SmolLM2-135M Llama-3.2-1B; do
-  step "latency_$model" timeout ${BENCH_TIMEOUT:-300} python3 -m vgraph.bench.latency --model "$model" \
-    --modes ${MODES:-NONE PIECEWISE FULL FULL_DECODE_ONLY FULL_AND_PIECEWISE} \
-    --batch-sizes 1 8 32 128 --num-iters 50 --out "$out/latency_$model.json"
+for s in ${STEPS:-ext tests smollm2 llama profile kernels}; do
+  case $s in
+    ext) step ext python3 -m vgraph.ext_build ;;
+    tests) step gpu_tests timeout "${TEST_TIMEOUT:-300}" python3 -m pytest -v -p no:cacheprovider \
+      -m gpu tests/gpu tests/kernels/test_layer_ops.py \
+      "tests/kernels/test_paged_attention.py::test_cuda_graph_replay_follows_new_lengths" ;;
+    smollm2) latency SmolLM2-135M ;;
+    llama) latency Llama-3.2-1B ;;
+    profile) step profile_smollm2 timeout 60 python3 tools/profile_step.py --model SmolLM2-135M \
+      --batch 1 --out "$out/profile_SmolLM2-135M_b1.json" ;;
+    kernels) step kernel_bench python3 benchmarks/bench_paged_attention.py --batches 1 8 32 128 \
+      --contexts 512 2048 8192 --out "$out/paged_attention.json" ;;
+    *) echo "unknown step $s" >&2; exit 2 ;;
+  esac
 done
-step profile_smollm2 timeout 45 python3 tools/profile_step.py --model SmolLM2-135M --batch 1 \
-  --out "$out/profile_SmolLM2-135M_b1.json"
-step gpu_tests timeout ${TEST_TIMEOUT:-300} python3 -m pytest -v -p no:cacheprovider -m gpu \
-  tests/gpu tests/kernels/test_layer_ops.py \
-  "tests/kernels/test_paged_attention.py::test_cuda_graph_replay_follows_new_lengths"
-[ -n "${SKIP_KERNEL_BENCH:-}" ] || step kernel_bench python3 benchmarks/bench_paged_attention.py --batches 1 8 32 128 \
-  --contexts 512 2048 8192 --out "$out/paged_attention.json"
