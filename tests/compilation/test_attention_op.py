@@ -1,4 +1,4 @@
-"""The attention custom op exists for Dynamo only: eager forwards run its body directly."""
+"""The attention custom ops exist for Dynamo only: eager forwards run their bodies directly."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ def test_eager_attention_skips_the_dispatcher():
         out = layer(q, k, k.clone())
     assert "aten::zero_" in ops.names  # the body ran (no metadata: zeros)
     assert "vgraph::unified_attention_with_output" not in ops.names
+    assert "vgraph::kv_cache_update" not in ops.names
     assert out.shape == (3, 32) and not out.any()
 
 
@@ -41,5 +42,11 @@ def test_traced_attention_is_one_opaque_op():
     with set_forward_context(ForwardContext(attn_metadata=None)):
         compiled(torch.randn(3, 32), torch.randn(3, 16), torch.randn(3, 16))
     (gm,) = graphs
-    assert "torch.ops.vgraph.unified_attention_with_output" in gm.code
+    code = gm.code
+    write = code.index("torch.ops.vgraph.kv_cache_update")
+    attend = code.index("torch.ops.vgraph.unified_attention_with_output")
+    assert write < attend
+    # the cache write's token is an argument of attention: Inductor can't drop or move it
+    token = code[:write].rsplit("\n", 1)[1].split("=")[0].strip()
+    assert token in code[attend:].split("\n", 1)[0]
     assert "zero_" not in gm.code  # the body stays out of the graph

@@ -41,6 +41,8 @@ def test_split_yields_num_layers_plus_one_pieces(arch, tiny_checkpoint, tmp_path
             # the output buffer it writes into was allocated by the captured piece before it
             assert item.buffer_pids == [items[i - 1].partition_id]
             assert "empty_like" in items[i - 1].module.code
+            # this step's K/V go into the cache inside the captured piece before
+            assert "vgraph.kv_cache_update" in items[i - 1].module.code
         else:
             assert "unified_attention_with_output" not in code
             assert item.eager_inputs == ()  # nothing fresh flows from attention into a piece

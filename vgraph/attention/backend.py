@@ -42,7 +42,9 @@ class CommonAttentionMetadata:
 
 
 class AttentionImpl(ABC):
-    """Per-layer attention math over the paged KV cache."""
+    """Per-layer attention math over the paged KV cache, in two calls per step: the cache write
+    (graph-safe for every backend: the piecewise split captures it in the piece before
+    attention), then attention over the cache (the eager op between pieces)."""
 
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float) -> None:
         assert num_heads % num_kv_heads == 0
@@ -52,15 +54,26 @@ class AttentionImpl(ABC):
         self.scale = scale
 
     @abstractmethod
-    def forward(
+    def write_kv_cache(
         self,
-        query: torch.Tensor,  # [num_tokens, num_heads, head_dim]
         key: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
         value: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
         kv_cache: torch.Tensor,  # [2, num_blocks, block_size, num_kv_heads, head_dim]
         metadata: Any,
+    ) -> None:
+        """Store each token's K/V at its slot (metadata's slot_mapping); pad tokens (-1) are
+        never written to a real block. Reads no host value: it is captured in any mode."""
+
+    @abstractmethod
+    def forward(
+        self,
+        query: torch.Tensor,  # [num_tokens, num_heads, head_dim]
+        kv_cache: torch.Tensor,  # [2, num_blocks, block_size, num_kv_heads, head_dim]
+        metadata: Any,
         output: torch.Tensor,  # [num_tokens, num_heads, head_dim], written in full
-    ) -> None: ...
+    ) -> None:
+        """Attention of every query token over its request's cached context (this step's K/V
+        already written)."""
 
 
 class AttentionMetadataBuilder:

@@ -20,18 +20,25 @@ from vgraph.attention.backend import (
 
 
 class CsrcAttentionImpl(AttentionImpl):
-    def forward(
+    def write_kv_cache(
         self,
-        query: torch.Tensor,  # [num_tokens, num_heads, head_dim]
         key: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
         value: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
         kv_cache: torch.Tensor,  # [2, num_blocks, block_size, num_kv_heads, head_dim]
         metadata: CommonAttentionMetadata,
+    ) -> None:
+        torch.ops.vgraph_C.reshape_and_cache.default(
+            key, value, kv_cache[0], kv_cache[1], metadata.slot_mapping
+        )
+
+    def forward(
+        self,
+        query: torch.Tensor,  # [num_tokens, num_heads, head_dim]
+        kv_cache: torch.Tensor,  # [2, num_blocks, block_size, num_kv_heads, head_dim]
+        metadata: CommonAttentionMetadata,
         output: torch.Tensor,  # [num_tokens, num_heads, head_dim]
     ) -> None:
-        ops = torch.ops.vgraph_C
-        ops.reshape_and_cache(key, value, kv_cache[0], kv_cache[1], metadata.slot_mapping)
-        ops.paged_attention(
+        torch.ops.vgraph_C.paged_attention.default(
             output,
             query,
             kv_cache[0],

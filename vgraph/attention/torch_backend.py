@@ -35,17 +35,22 @@ def write_kv_cache(
 
 
 class TorchAttentionImpl(AttentionImpl):
-    def forward(
+    def write_kv_cache(
         self,
-        query: torch.Tensor,  # [num_tokens, num_heads, head_dim]
         key: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
         value: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
         kv_cache: torch.Tensor,  # [2, num_blocks, block_size, num_kv_heads, head_dim]
         metadata: CommonAttentionMetadata,
+    ) -> None:
+        write_kv_cache(key, value, kv_cache, metadata.slot_mapping[: key.shape[0]])
+
+    def forward(
+        self,
+        query: torch.Tensor,  # [num_tokens, num_heads, head_dim]
+        kv_cache: torch.Tensor,  # [2, num_blocks, block_size, num_kv_heads, head_dim]
+        metadata: CommonAttentionMetadata,
         output: torch.Tensor,  # [num_tokens, num_heads, head_dim]
     ) -> None:
-        num_tokens = query.shape[0]
-        write_kv_cache(key, value, kv_cache, metadata.slot_mapping[:num_tokens])
         if metadata.max_query_len == 1:
             # PIECEWISE steps pad tokens, not requests: tokens past the requests are pads
             num_reqs = metadata.seq_lens.shape[0]

@@ -1,12 +1,18 @@
-"""The attention layer and the one custom op every model's attention goes through.
+"""The attention layer and the two custom ops every model's attention goes through.
 
-`vgraph::unified_attention_with_output` writes into an output tensor it is given and returns
-nothing, so Dynamo sees one opaque op per layer: the piecewise compiler splits the model there.
-The op finds its layer's backend impl, KV cache and the step's metadata in the ForwardContext.
+  kv_cache_update(key, value, layer_name) -> dep          writes this step's K/V into the cache
+  unified_attention_with_output(query, output, layer_name, dep)   attention over the cache
 
-Only Dynamo needs the op: going through the dispatcher costs a Python custom op some 20-40 us a
+Both find their layer's backend impl, KV cache and the step's metadata in the ForwardContext.
+The piecewise compiler splits the model at the attention op only, so the cache write is captured
+in the piece before it and the eager work between two pieces is one attention launch. `dep`, an
+empty tensor, orders the two for Dynamo and Inductor: the write mutates the cache, which is no
+argument of the op (the cache does not exist yet when the model is traced), so without a data
+dependency the write could be moved or dropped.
+
+Only Dynamo needs the ops: going through the dispatcher costs a Python custom op some 20-40 us a
 call, more than a decode step's attention kernels. Eager forwards (NONE, and the attention calls
-between replayed pieces, see compilation/backend.py) run its body, `unified_attention`, directly.
+between replayed pieces, see compilation/backend.py) run their bodies directly.
 """
 
 from __future__ import annotations
@@ -18,33 +24,53 @@ from vgraph.attention.backend import AttentionImpl
 from vgraph.forward_context import get_forward_context
 
 
-def unified_attention(
-    query: torch.Tensor,  # [num_tokens, num_heads, head_dim]
-    key: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
-    value: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
-    output: torch.Tensor,  # [num_tokens, num_heads, head_dim]
-    layer_name: str,
-) -> None:
+def write_kv_cache(key: torch.Tensor, value: torch.Tensor, layer_name: str) -> None:
+    """key, value: [num_tokens, num_kv_heads, head_dim]."""
     ctx = get_forward_context()
     if ctx.attn_metadata is None:  # profile / warm-up run without a KV cache
+        return
+    layer: Attention = ctx.attn_layers[layer_name]
+    layer.impl.write_kv_cache(key, value, ctx.kv_caches[layer_name], ctx.attn_metadata)
+
+
+def kv_cache_update(key: torch.Tensor, value: torch.Tensor, layer_name: str) -> torch.Tensor:
+    write_kv_cache(key, value, layer_name)
+    return torch.empty(0, dtype=key.dtype, device=key.device)  # the dependency token
+
+
+def unified_attention(
+    query: torch.Tensor,  # [num_tokens, num_heads, head_dim]
+    output: torch.Tensor,  # [num_tokens, num_heads, head_dim]
+    layer_name: str,
+    kv_written: torch.Tensor | None = None,  # kv_cache_update's token; only orders the ops
+) -> None:
+    ctx = get_forward_context()
+    if ctx.attn_metadata is None:
         output.zero_()
         return
     layer: Attention = ctx.attn_layers[layer_name]
-    layer.impl.forward(query, key, value, ctx.kv_caches[layer_name], ctx.attn_metadata, output)
+    layer.impl.forward(query, ctx.kv_caches[layer_name], ctx.attn_metadata, output)
 
 
+kv_cache_update_op = torch.library.custom_op(
+    "vgraph::kv_cache_update", kv_cache_update, mutates_args=()
+)
 unified_attention_with_output = torch.library.custom_op(
     "vgraph::unified_attention_with_output", unified_attention, mutates_args=("output",)
 )
 
 
+@kv_cache_update_op.register_fake
+def _(key: torch.Tensor, value: torch.Tensor, layer_name: str) -> torch.Tensor:
+    return torch.empty(0, dtype=key.dtype, device=key.device)
+
+
 @unified_attention_with_output.register_fake
 def _(
     query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
     output: torch.Tensor,
     layer_name: str,
+    kv_written: torch.Tensor | None = None,
 ) -> None:
     return None
 
@@ -71,16 +97,14 @@ class Attention(nn.Module):
     ) -> torch.Tensor:  # [num_tokens, num_heads * head_dim]
         n = q.shape[0]
         output = torch.empty_like(q)
-        attend = (
-            torch.ops.vgraph.unified_attention_with_output  # one opaque op to split the graph at
-            if torch.compiler.is_compiling()
-            else unified_attention
-        )
-        attend(
-            q.view(n, self.num_heads, self.head_dim),
-            k.view(n, self.num_kv_heads, self.head_dim),
-            v.view(n, self.num_kv_heads, self.head_dim),
-            output.view(n, self.num_heads, self.head_dim),
-            self.layer_name,
-        )
+        query = q.view(n, self.num_heads, self.head_dim)
+        key = k.view(n, self.num_kv_heads, self.head_dim)
+        value = v.view(n, self.num_kv_heads, self.head_dim)
+        out = output.view(n, self.num_heads, self.head_dim)
+        if torch.compiler.is_compiling():  # ops Dynamo keeps opaque; the split is at the second
+            written = torch.ops.vgraph.kv_cache_update(key, value, self.layer_name)
+            torch.ops.vgraph.unified_attention_with_output(query, out, self.layer_name, written)
+        else:
+            write_kv_cache(key, value, self.layer_name)
+            unified_attention(query, out, self.layer_name)
         return output
