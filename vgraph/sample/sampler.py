@@ -14,10 +14,11 @@ import torch
 
 @dataclass
 class SamplingMetadata:
-    temperature: torch.Tensor  # [R] float32; 0 means greedy
-    top_k: torch.Tensor  # [R] int64; vocab_size means off
-    top_p: torch.Tensor  # [R] float32; 1.0 means off
-    min_p: torch.Tensor  # [R] float32; 0.0 means off
+    # per-row parameters; None when every row is greedy (then they play no part)
+    temperature: torch.Tensor | None  # [R] float32; 0 means greedy
+    top_k: torch.Tensor | None  # [R] int64; vocab_size means off
+    top_p: torch.Tensor | None  # [R] float32; 1.0 means off
+    min_p: torch.Tensor | None  # [R] float32; 0.0 means off
     generators: dict[int, torch.Generator]  # row -> generator of a seeded request
     all_greedy: bool
     need_top_k: bool

@@ -13,16 +13,30 @@ def build_sampling_metadata(
 ) -> SamplingMetadata:
     """generators: request id -> its seeded generator, created here on first sight."""
     params = [r.sampling_params for r in requests]
-    all_greedy = all(p.temperature == 0.0 for p in params)
+    max_num_logprobs = max((p.logprobs for p in params if p.logprobs is not None), default=None)
+    banned = _min_tokens_bans(requests, device)
+    if all(p.temperature == 0.0 for p in params):  # argmax only: no per-row tensors to copy
+        return SamplingMetadata(
+            temperature=None,
+            top_k=None,
+            top_p=None,
+            min_p=None,
+            generators={},
+            all_greedy=True,
+            need_top_k=False,
+            need_top_p=False,
+            need_min_p=False,
+            max_num_logprobs=max_num_logprobs,
+            banned=banned,
+        )
     row_gens: dict[int, torch.Generator] = {}
-    if not all_greedy:
-        for i, (req, p) in enumerate(zip(requests, params)):
-            if p.seed is not None and p.temperature > 0.0:
-                gen = generators.get(req.request_id)
-                if gen is None:
-                    gen = torch.Generator(device=device).manual_seed(p.seed)
-                    generators[req.request_id] = gen
-                row_gens[i] = gen
+    for i, (req, p) in enumerate(zip(requests, params)):
+        if p.seed is not None and p.temperature > 0.0:
+            gen = generators.get(req.request_id)
+            if gen is None:
+                gen = torch.Generator(device=device).manual_seed(p.seed)
+                generators[req.request_id] = gen
+            row_gens[i] = gen
     # -1 (off) becomes a huge k so one comparison covers both cases
     top_k = [p.top_k if p.top_k > 0 else 1 << 30 for p in params]
     host = torch.tensor(
@@ -36,12 +50,12 @@ def build_sampling_metadata(
         top_p=on_dev[1],
         min_p=on_dev[2],
         generators=row_gens,
-        all_greedy=all_greedy,
+        all_greedy=False,
         need_top_k=any(p.top_k > 0 for p in params),
         need_top_p=any(p.top_p < 1.0 for p in params),
         need_min_p=any(p.min_p > 0.0 for p in params),
-        max_num_logprobs=max((p.logprobs for p in params if p.logprobs is not None), default=None),
-        banned=_min_tokens_bans(requests, device),
+        max_num_logprobs=max_num_logprobs,
+        banned=banned,
     )
 
 
