@@ -27,8 +27,8 @@ for s in ${STEPS:-ext tests smollm2 llama profile kernels}; do
       "tests/kernels/test_paged_attention.py::test_cuda_graph_replay_follows_new_lengths" ;;
     smollm2) latency SmolLM2-135M ;;
     llama) latency Llama-3.2-1B ;;
-    profile) step profile_smollm2 timeout 60 python3 tools/profile_step.py --model SmolLM2-135M \
-      --batch 1 --out "$out/profile_SmolLM2-135M_b1.json" ;;
+    profile) step profile_smollm2 timeout 150 python3 tools/profile_step.py --model SmolLM2-135M \
+      --batch 1 --modes FULL PIECEWISE --out "$out/profile_SmolLM2-135M_b1.json" ;;
     kernels) step kernel_bench python3 benchmarks/bench_paged_attention.py --batches 1 8 32 128 \
       --contexts 512 2048 8192 --out "$out/paged_attention.json" ;;
     *) echo "unknown step $s" >&2; exit 2 ;;

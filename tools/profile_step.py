@@ -1,13 +1,17 @@
-"""Where a decode step's time goes, on CUDA.
+"""Where a step's time goes, on CUDA.
 
 1. Kernels: one eager decode step under torch.profiler: the number of CUDA kernels launched, the
    summed kernel time and the kernels that dominate. The kernel count times the per-kernel cost
    inside a replayed graph (~0.8 us on an H200) is the floor of a FULL step without fusion.
-2. Stages: the same step in FULL mode, each stage of ModelRunner.execute_model timed after a
-   synchronize (median of many): dispatch + input preparation, the forward (graph replay),
-   sampling, and the device-to-host copy.
+2. Stages, per mode of --modes (default FULL), for the decode step and the mixed step: each stage
+   of ModelRunner.execute_model timed after a synchronize (median of many): dispatch + input
+   preparation, the forward (graph replay), sampling, and the device-to-host copy.
+3. Host: the same steps under torch.profiler's CPU view: self time per step of each ATen op and
+   CUDA runtime call (graph launches, kernel launches, copies), the largest first. What the
+   list does not cover of the step's time is Python.
 
-    python tools/profile_step.py --model SmolLM2-135M --batch 1 --out profile.json
+    python tools/profile_step.py --model SmolLM2-135M --batch 1 --modes FULL PIECEWISE \
+        --out profile.json
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import json
 import statistics
 import time
 from collections import Counter, defaultdict
+from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -32,13 +37,16 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--context-len", type=int, default=128)
     p.add_argument("--attention-backend", default="auto")
+    p.add_argument("--modes", nargs="+", default=["FULL"], help="cudagraph modes to time")
+    p.add_argument("--mixed", default="4+60", help="mixed step: DECODES+CHUNK, '' to skip")
     p.add_argument("--out", default=None)
     args = p.parse_args()
     report = {"model": args.model, "batch": args.batch, "environment": environment()}
     report.update(profile_kernels(args))
     _write(args.out, report)
-    report["full_stages_ms"] = time_stages(args)
-    _write(args.out, report)
+    for mode in args.modes:
+        report[f"{mode}_stages_ms"], report[f"{mode}_host"] = time_stages(args, mode)
+        _write(args.out, report)
 
 
 def _write(path: str | None, report: dict) -> None:
@@ -48,18 +56,40 @@ def _write(path: str | None, report: dict) -> None:
 
 
 @torch.inference_mode()
-def time_stages(args: argparse.Namespace, iters: int = 50) -> dict[str, float]:
+def time_stages(args: argparse.Namespace, mode: str) -> tuple[dict, dict]:
+    """-> ({step: {stage: median ms}}, {step: host profile}) for the decode and mixed steps."""
     config = VGraphConfig.create(
         args.model,
         load_format="dummy",
         max_model_len=2048,
         attention_backend=args.attention_backend,
-        compilation_config={"cudagraph_mode": "FULL"},
+        compilation_config={"cudagraph_mode": mode},
     )
     core = EngineCore(config)
-    runner = core.runner
     b = _StepBuilder(core)
-    sched = b.step(b.prefilled(args.batch, args.context_len), [1] * args.batch)
+    steps = {
+        f"decode_{args.batch}": b.step(b.prefilled(args.batch, args.context_len), [1] * args.batch)
+    }
+    if args.mixed:
+        decodes, chunk = (int(x) for x in args.mixed.split("+"))
+        reqs = b.prefilled(decodes, args.context_len) + [b.request(chunk + 1)]
+        steps["mixed"] = b.step(reqs, [1] * decodes + [chunk])
+    stages, host = {}, {}
+    for name, sched in steps.items():
+        stages[name] = _stages(core, sched)
+        print(
+            f"{mode} {name} stages, median ms: "
+            + ", ".join(f"{k} {v:.3f}" for k, v in stages[name].items())
+        )
+        host[name] = host_profile(core, sched)
+        print(f"{mode} {name} host time per step (profiler on: {host[name]['step_us']:.0f} us):")
+        for row in host[name]["top"]:
+            print(f"  {row['calls']:7.1f} x {row['self_us']:8.1f} us  {row['name'][:80]}")
+    return stages, host
+
+
+def _stages(core: EngineCore, sched: Any, iters: int = 50) -> dict[str, float]:
+    runner = core.runner
     stages: dict[str, list[float]] = defaultdict(list)
     for i in range(iters + 5):
         marks = [time.perf_counter()]
@@ -75,9 +105,24 @@ def time_stages(args: argparse.Namespace, iters: int = 50) -> dict[str, float]:
         if i >= 5:
             for name, t0, t1 in zip(("prepare", "forward", "sample", "to_host"), marks, marks[1:]):
                 stages[name].append((t1 - t0) * 1e3)
-    result = {name: statistics.median(v) for name, v in stages.items()}
-    print("FULL step stages, median ms: " + ", ".join(f"{k} {v:.3f}" for k, v in result.items()))
-    return result
+    return {name: statistics.median(v) for name, v in stages.items()}
+
+
+def host_profile(core: EngineCore, sched: Any, iters: int = 20) -> dict[str, Any]:
+    """Self CPU time per step of each ATen op / CUDA runtime call, the 15 largest."""
+    for _ in range(5):
+        core.runner.execute_model(sched)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            core.runner.execute_model(sched)
+        step_us = (time.perf_counter() - t0) / iters * 1e6
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    top = [
+        {"name": e.key, "calls": e.count / iters, "self_us": e.self_cpu_time_total / iters}
+        for e in events[:15]
+    ]
+    return {"step_us": step_us, "top": top}
 
 
 def _mark(marks: list[float]) -> None:
