@@ -495,9 +495,11 @@ template <typename scalar_t, int HEAD_DIM, int GT>
 void launch(const AttentionShape& s, AttnParams p, const at::Tensor& query, cudaStream_t stream) {
   using Cfg = AttnCfg<scalar_t, HEAD_DIM, GT>;
   auto kernel = paged_attention_kernel<scalar_t, HEAD_DIM, GT>;
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      Cfg::kSmemBytes));
+  // once per instantiation (and device: vgraph runs one device per process): the host cost of
+  // an eager call matters, it runs between the captured pieces of every layer
   static const int64_t resident_ctas = [&] {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        Cfg::kSmemBytes));
     int per_sm = 0;
     int device = 0, num_sms = 0;
     C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads,
@@ -508,15 +510,15 @@ void launch(const AttentionShape& s, AttnParams p, const at::Tensor& query, cuda
   }();
   const int64_t num_groups = s.num_heads / GT;
   p.num_parts = choose_num_parts(s, num_groups, resident_ctas);
-  at::Tensor part_out, part_ml, part_used;  // workspace: static sizes for a given shape
+  at::Tensor workspace;  // one allocation for the partials: static sizes for a given shape
   if (p.num_parts > 1) {
+    const int64_t rows = s.num_tokens * s.num_heads * p.num_parts;  // even: HEAD_DIM is
     const auto f32 = query.options().dtype(at::kFloat);
-    part_out = at::empty({s.num_tokens, s.num_heads, p.num_parts, HEAD_DIM}, f32);
-    part_ml = at::empty({s.num_tokens, s.num_heads, p.num_parts, 2}, f32);
-    part_used = at::empty({s.num_tokens}, query.options().dtype(at::kInt));
-    p.part_out = part_out.data_ptr<float>();
-    p.part_ml = reinterpret_cast<float2*>(part_ml.data_ptr<float>());
-    p.part_used = part_used.data_ptr<int>();
+    workspace = at::empty({rows * (HEAD_DIM + 2) + s.num_tokens}, f32);
+    float* base = workspace.data_ptr<float>();
+    p.part_out = base;                                             // rows * HEAD_DIM floats
+    p.part_ml = reinterpret_cast<float2*>(base + rows * HEAD_DIM);  // rows float2, 8-aligned
+    p.part_used = reinterpret_cast<int*>(base + rows * (HEAD_DIM + 2));  // num_tokens ints
   }
   const dim3 grid(static_cast<unsigned>(s.num_tokens), static_cast<unsigned>(num_groups),
                   static_cast<unsigned>(p.num_parts));
