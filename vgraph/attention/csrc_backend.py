@@ -20,6 +20,16 @@ from vgraph.attention.backend import (
 
 
 class CsrcAttentionImpl(AttentionImpl):
+    _split: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+
+    def _key_value_caches(self, kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """kv_cache[0], kv_cache[1], made once: a layer's cache never changes, and two view ops
+        per call are host time between the captured pieces."""
+        split = self._split
+        if split is None or split[0] is not kv_cache:
+            split = self._split = (kv_cache, kv_cache[0], kv_cache[1])
+        return split[1], split[2]
+
     def write_kv_cache(
         self,
         key: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
@@ -27,8 +37,9 @@ class CsrcAttentionImpl(AttentionImpl):
         kv_cache: torch.Tensor,  # [2, num_blocks, block_size, num_kv_heads, head_dim]
         metadata: CommonAttentionMetadata,
     ) -> None:
+        key_cache, value_cache = self._key_value_caches(kv_cache)
         torch.ops.vgraph_C.reshape_and_cache.default(
-            key, value, kv_cache[0], kv_cache[1], metadata.slot_mapping
+            key, value, key_cache, value_cache, metadata.slot_mapping
         )
 
     def forward(
@@ -38,11 +49,12 @@ class CsrcAttentionImpl(AttentionImpl):
         metadata: CommonAttentionMetadata,
         output: torch.Tensor,  # [num_tokens, num_heads, head_dim]
     ) -> None:
+        key_cache, value_cache = self._key_value_caches(kv_cache)
         torch.ops.vgraph_C.paged_attention.default(
             output,
             query,
-            kv_cache[0],
-            kv_cache[1],
+            key_cache,
+            value_cache,
             metadata.query_start_loc,
             metadata.seq_lens,
             metadata.block_table,

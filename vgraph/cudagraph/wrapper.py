@@ -41,12 +41,24 @@ class CUDAGraphWrapper:
         ctx = get_forward_context()
         if ctx.runtime_mode is not self.runtime_mode:
             return self.runnable(*args, **kwargs)
-        key = ctx.batch_descriptor
+        replayed, output = self.replay(ctx.batch_descriptor)
+        if replayed:
+            return output
+        return self.capture(ctx.batch_descriptor, ctx.capturing, args, kwargs)
+
+    def replay(self, key: BatchDescriptor) -> tuple[bool, Any]:
+        """-> (True, output) after replaying key's graph; (False, None) when none was captured."""
         entry = self.entries.get(key)
-        if entry is not None:
-            self.backend.replay(entry.graph)
-            return entry.output
-        if not ctx.capturing:
+        if entry is None:
+            return False, None
+        self.backend.replay(entry.graph)
+        return True, entry.output
+
+    def capture(
+        self, key: BatchDescriptor, capturing: bool, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """Capture key's graph (only while the runner's capture phase says so)."""
+        if not capturing:
             raise RuntimeError(f"no {self.runtime_mode.name} graph was captured for {key}")
         graph, output = self.backend.capture(lambda: self.runnable(*args, **kwargs))
         self.entries[key] = _Entry(graph, self.backend.keep_output(output))
