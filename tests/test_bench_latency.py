@@ -33,6 +33,9 @@ def test_latency_bench_writes_json_and_uses_graphs(tiny_checkpoint, tmp_path, ca
     assert piecewise["num_pieces"] == 3 and piecewise["compile_s"] > 0
     assert "compile_s" not in full
     assert all(v > 0 for r in report["results"] for v in r["decode_ms"].values())
+    for r in report["results"]:  # every step timed num_iters times, turns interleaved
+        p10, p90 = r["percentiles_ms"]["decode_3"]
+        assert p10 <= r["decode_ms"]["3"] <= p90
     assert "torch" in report["environment"]
     assert "decode step latency" in capsys.readouterr().out
 

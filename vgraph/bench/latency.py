@@ -1,12 +1,17 @@
 """`vgraph bench latency`: one engine step per cudagraph mode and batch size, side by side.
 
-For each requested mode an in-process engine core is built (start-up time and graph memory are
-recorded), then hand-built steps run through `ModelRunner.execute_model`: a decode step of B
+An in-process engine core is built for every requested mode (start-up time, compile time and
+graph memory are recorded), and all of them stay alive: each gets a KV cache of just the blocks
+the benchmark uses. Hand-built steps run through `ModelRunner.execute_model`: a decode step of B
 requests whose KV cache was really prefilled (context_len tokens each), and a mixed step (decodes
 plus one prefill chunk). A step's time includes input preparation, the forward (replayed or
-eager), sampling and the device-to-host copy, as the engine pays it. Warm-up first, then the
-median of many steps. Prints a table and writes JSON (after every mode, so a run cut short keeps
-what it measured). A mode that fails is recorded with its error and the next one runs.
+eager), sampling and the device-to-host copy, as the engine pays it.
+
+The modes are timed in turns, a block of steps each, round after round, so that a slow spell of
+the host (eager steps are bound by it) falls on every mode alike rather than on whichever ran
+then. Warm-up first; the median of all steps is quoted, with the 10th and 90th percentiles.
+Prints a table and writes JSON (after start-up and again at the end). A mode that fails to start
+is recorded with its error and the others still run.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import platform
 import statistics
 import time
 import traceback
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -83,25 +89,39 @@ class _StepBuilder:
             r.num_computed_tokens = context_len
         return reqs
 
-    def release(self) -> None:
-        kv = self.core.scheduler.kv
-        for rid in list(kv.req_to_blocks):
-            kv.free_blocks.extend(kv.req_to_blocks.pop(rid))
+
+BLOCK_SIZE = 16
 
 
-def time_steps(core: EngineCore, sched: SchedulerOutput, warmup: int, iters: int) -> list[float]:
-    """Milliseconds per execute_model call (each ends in a device-to-host copy, so synced)."""
-    for _ in range(warmup):
-        core.runner.execute_model(sched)
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        core.runner.execute_model(sched)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return times
+@dataclass
+class _ModeRun:
+    """One mode's live engine, its prepared steps and what was measured."""
+
+    mode: str
+    core: EngineCore
+    steps: dict[str, SchedulerOutput]  # "decode_<B>" and "mixed"
+    result: dict[str, Any]
+    times: dict[str, list[float]] = field(default_factory=dict)  # ms per step
+    modes_used: dict[str, str] = field(default_factory=dict)  # step -> runtime mode(s)
 
 
-def bench_mode(args: argparse.Namespace, mode: str) -> dict[str, Any]:
+def blocks_needed(args: argparse.Namespace) -> int:
+    """KV blocks of every request the benchmark prefills, with a little room (and at least one
+    max_model_len request's worth, which the engine checks for)."""
+    per_req = -(-(args.context_len + 1) // BLOCK_SIZE)
+    n = sum(args.batch_sizes) * per_req
+    if args.mixed:
+        decodes, chunk = _parse_mixed(args.mixed)
+        n += decodes * per_req + -(-(chunk + 1) // BLOCK_SIZE)
+    return max(n + 8, -(-args.max_model_len // BLOCK_SIZE))
+
+
+def _parse_mixed(spec: str) -> tuple[int, int]:
+    decodes, chunk = (int(x) for x in spec.split("+"))
+    return decodes, chunk
+
+
+def start_mode(args: argparse.Namespace, mode: str) -> _ModeRun:
     t0 = time.perf_counter()
     config = VGraphConfig.create(
         args.model,
@@ -110,41 +130,22 @@ def bench_mode(args: argparse.Namespace, mode: str) -> dict[str, Any]:
         attention_backend=args.attention_backend,
         max_model_len=args.max_model_len,
         max_num_seqs=max(max(args.batch_sizes), 8),
+        block_size=BLOCK_SIZE,
+        num_gpu_blocks_override=blocks_needed(args),
         compilation_config={"cudagraph_mode": mode},
     )
     core = EngineCore(config)
     startup_s = time.perf_counter() - t0
-    b = _StepBuilder(core)
+    c = core.runner.counters()
     result: dict[str, Any] = {
         "mode": mode,
         "resolved_mode": config.compilation_config.cudagraph_mode.name,
         "attention_backend": config.attention_backend,
         "startup_s": startup_s,
-        "decode_ms": {},
-        "runtime_modes": {},
+        "num_graphs": c["num_graphs"],
+        "capture_s": c["capture_seconds"],
+        "graph_memory_mib": c["graph_memory_bytes"] / 2**20,
     }
-    for batch in args.batch_sizes:
-        reqs = b.prefilled(batch, args.context_len)
-        before = core.runner.counters()
-        times = time_steps(core, b.step(reqs, [1] * batch), args.num_warmup, args.num_iters)
-        result["decode_ms"][batch] = statistics.median(times)
-        result["runtime_modes"][f"decode_{batch}"] = _used_mode(before, core.runner.counters())
-        b.release()
-    if args.mixed:
-        decodes, chunk = (int(x) for x in args.mixed.split("+"))
-        reqs = b.prefilled(decodes, args.context_len) + [b.request(chunk + 1)]
-        before = core.runner.counters()
-        sched = b.step(reqs, [1] * decodes + [chunk])
-        times = time_steps(core, sched, args.num_warmup, args.num_iters)
-        result["mixed_ms"] = statistics.median(times)
-        result["runtime_modes"]["mixed"] = _used_mode(before, core.runner.counters())
-        b.release()
-    c = core.runner.counters()
-    result.update(
-        num_graphs=c["num_graphs"],
-        capture_s=c["capture_seconds"],
-        graph_memory_mib=c["graph_memory_bytes"] / 2**20,
-    )
     stats = _compile_stats(core)
     if stats is not None:
         result.update(
@@ -152,11 +153,55 @@ def bench_mode(args: argparse.Namespace, mode: str) -> dict[str, Any]:
             compile_cache_hit=stats.cache_hit,
             num_pieces=stats.num_pieces,
         )
-    del core, b
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    return result
+    b = _StepBuilder(core)
+    steps = {}
+    for batch in args.batch_sizes:
+        steps[f"decode_{batch}"] = b.step(b.prefilled(batch, args.context_len), [1] * batch)
+    if args.mixed:
+        decodes, chunk = _parse_mixed(args.mixed)
+        reqs = b.prefilled(decodes, args.context_len) + [b.request(chunk + 1)]
+        steps["mixed"] = b.step(reqs, [1] * decodes + [chunk])
+    return _ModeRun(mode, core, steps, result)
+
+
+def measure(runs: list[_ModeRun], args: argparse.Namespace, block: int = 10) -> None:
+    """Every step of every mode: warm-up, then blocks of `block` steps, the modes in turn."""
+    for name in runs[0].steps:
+        for run in runs:
+            for _ in range(args.num_warmup):
+                run.core.runner.execute_model(run.steps[name])
+        before = {run.mode: run.core.runner.counters() for run in runs}
+        for start in range(0, args.num_iters, block):
+            for run in runs:
+                sched = run.steps[name]
+                times = run.times.setdefault(name, [])
+                for _ in range(min(block, args.num_iters - start)):
+                    t0 = time.perf_counter()
+                    run.core.runner.execute_model(sched)  # ends in a device-to-host copy
+                    times.append((time.perf_counter() - t0) * 1e3)
+        for run in runs:
+            run.modes_used[name] = _used_mode(before[run.mode], run.core.runner.counters())
+
+
+def summarize(run: _ModeRun) -> dict[str, Any]:
+    r = dict(run.result)
+    r["decode_ms"] = {
+        int(k.split("_")[1]): statistics.median(v)
+        for k, v in run.times.items()
+        if k.startswith("decode_")
+    }
+    if "mixed" in run.times:
+        r["mixed_ms"] = statistics.median(run.times["mixed"])
+    r["percentiles_ms"] = {k: _p10_p90(v) for k, v in run.times.items()}
+    r["runtime_modes"] = dict(run.modes_used)
+    return r
+
+
+def _p10_p90(values: list[float]) -> list[float]:
+    if len(values) < 2:
+        return [values[0], values[0]]
+    q = statistics.quantiles(values, n=10)
+    return [q[0], q[-1]]
 
 
 def _compile_stats(core: EngineCore) -> Any:
@@ -194,6 +239,8 @@ def print_table(model: str, results: list[dict[str, Any]], batch_sizes: list[int
         if "error" in r:
             print(f"{r['mode']:<20}failed: {r['error']}")
             continue
+        if "decode_ms" not in r:  # started, not measured
+            continue
         row = f"{r['mode']:<20}{r['resolved_mode']:<20}"
         row += "".join(f"{r['decode_ms'][b]:>10.3f}" for b in batch_sizes)
         row += f"{r.get('mixed_ms', float('nan')):>10.3f}{r['startup_s']:>10.1f}"
@@ -203,25 +250,34 @@ def print_table(model: str, results: list[dict[str, Any]], batch_sizes: list[int
 
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
-    results: list[dict[str, Any]] = []
-    report = _report(args, results)
+    runs: list[_ModeRun] = []
+    failed: list[dict[str, Any]] = []
     for mode in args.modes:
         try:
-            results.append(bench_mode(args, mode))
+            runs.append(start_mode(args, mode))
         except Exception as e:  # one broken mode must not cost the others' numbers
             traceback.print_exc()
-            results.append({"mode": mode, "error": f"{type(e).__name__}: {e}"})
+            failed.append({"mode": mode, "error": f"{type(e).__name__}: {e}"})
             gc.collect()
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
-        report = _report(args, results)
-        if args.out:
-            with open(args.out, "w") as f:
-                json.dump(report, f, indent=2)
+    _write(args, [r.result for r in runs] + failed)
+    if runs:
+        measure(runs, args)
+    by_mode = {r.mode: summarize(r) for r in runs} | {f["mode"]: f for f in failed}
+    results = [by_mode[m] for m in args.modes]
+    report = _write(args, results)
     print_table(args.model, results, args.batch_sizes)
-    failed = [r["mode"] for r in results if "error" in r]
     if failed:
-        raise SystemExit(f"bench latency: mode(s) {', '.join(failed)} failed")
+        raise SystemExit(f"bench latency: mode(s) {', '.join(f['mode'] for f in failed)} failed")
+    return report
+
+
+def _write(args: argparse.Namespace, results: list[dict[str, Any]]) -> dict[str, Any]:
+    report = _report(args, results)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=2)
     return report
 
 
