@@ -170,7 +170,7 @@ def measure(runs: list[_ModeRun], args: argparse.Namespace, block: int = 10) -> 
         for run in runs:
             for _ in range(args.num_warmup):
                 run.core.runner.execute_model(run.steps[name])
-        before = {run.mode: run.core.runner.counters() for run in runs}
+        before = [run.core.runner.counters() for run in runs]
         for start in range(0, args.num_iters, block):
             for run in runs:
                 sched = run.steps[name]
@@ -179,8 +179,8 @@ def measure(runs: list[_ModeRun], args: argparse.Namespace, block: int = 10) -> 
                     t0 = time.perf_counter()
                     run.core.runner.execute_model(sched)  # ends in a device-to-host copy
                     times.append((time.perf_counter() - t0) * 1e3)
-        for run in runs:
-            run.modes_used[name] = _used_mode(before[run.mode], run.core.runner.counters())
+        for run, counters in zip(runs, before):
+            run.modes_used[name] = _used_mode(counters, run.core.runner.counters())
 
 
 def summarize(run: _ModeRun) -> dict[str, Any]:
@@ -250,6 +250,9 @@ def print_table(model: str, results: list[dict[str, Any]], batch_sizes: list[int
 
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
+    repeated = sorted({m for m in args.modes if args.modes.count(m) > 1})
+    if repeated:
+        raise SystemExit(f"bench latency: --modes lists {', '.join(repeated)} more than once")
     runs: list[_ModeRun] = []
     failed: list[dict[str, Any]] = []
     for mode in args.modes:
