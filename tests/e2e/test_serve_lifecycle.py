@@ -62,6 +62,16 @@ def test_serve_help_documents_every_flag() -> None:
     assert "VGRAPH_API_KEY" in out.stdout and "127.0.0.1" in out.stdout
 
 
+def test_top_level_help_does_not_import_torch() -> None:
+    """`import vgraph` is light: its public names load on first use."""
+    code = "import sys, vgraph.entrypoints.cli; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
+    code = "import vgraph; print(vgraph.SamplingParams.__name__, vgraph.LLM.__module__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.stdout.split() == ["SamplingParams", "vgraph.entrypoints.llm"], out.stderr
+
+
 @pytest.mark.parametrize(
     ("value", "words"),
     [
