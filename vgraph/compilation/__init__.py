@@ -2,7 +2,7 @@
 
 split.py (FX graph -> pieces), backend.py (the torch.compile backend), piece.py (a captured piece
 at run time), cache.py (compiled artifacts on disk), piecewise.py (compile_piecewise, called by
-the model runner). This file stays import-light: config.py imports it.
+the model runner). This file stays import-light: vgraph/config imports it.
 """
 
 from __future__ import annotations
