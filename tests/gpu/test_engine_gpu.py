@@ -170,3 +170,31 @@ def test_capture_default_list_llama_1b(capsys):
         use_tqdm=False,
     )
     assert all(len(o.outputs[0].token_ids) == 4 for o in out)
+
+
+def test_engines_in_one_process_each_get_their_share():
+    """gpu_memory_utilization is per engine, as vLLM's: a second live engine sizes its KV cache
+    from its own weights and activations, not the first engine's memory."""
+    kwargs = dict(
+        load_format="dummy",
+        max_model_len=1024,
+        multiprocess=False,
+        enforce_eager=True,
+        gpu_memory_utilization=0.3,
+    )
+    first = LLM("SmolLM2-135M", **kwargs)
+    second = LLM("SmolLM2-135M", **kwargs)
+    try:
+        blocks = [llm.engine.client.core.runner.num_blocks for llm in (first, second)]
+        assert abs(blocks[0] - blocks[1]) <= 0.02 * blocks[0], blocks
+        runner = first.engine.client.core.runner
+        kv_bytes = sum(t.numel() * t.element_size() for t in runner.kv_caches.values())
+        total = torch.cuda.mem_get_info()[1]
+        assert 0.2 * total < kv_bytes < 0.3 * total  # the share less weights and activations
+        params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+        for llm in (first, second):
+            out = llm.generate([list(range(1, 20))], params, use_tqdm=False)
+            assert len(out[0].outputs[0].token_ids) == 4
+    finally:
+        first.shutdown()
+        second.shutdown()

@@ -76,7 +76,7 @@ class CacheConfig:
     """Paged KV cache: block size and how much memory the cache may take."""
 
     block_size: int = 16
-    gpu_memory_utilization: float = 0.9  # CUDA: fraction of device memory for the whole engine
+    gpu_memory_utilization: float = 0.9  # CUDA: share of the device this engine may use
     cpu_kv_cache_bytes: int = 1 << 30  # CPU: fixed byte budget for the KV cache
     num_gpu_blocks_override: int | None = None  # force a block count (tests of preemption)
 

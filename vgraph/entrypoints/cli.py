@@ -89,7 +89,8 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
         "--gpu-memory-utilization",
         type=float,
         default=0.9,
-        help="CUDA: fraction of device memory for the engine (default: %(default)s)",
+        help="CUDA: fraction of device memory this engine may use, whatever else runs on the "
+        "device (default: %(default)s)",
     )
     p.add_argument(
         "--cpu-kv-cache-bytes",

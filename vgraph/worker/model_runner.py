@@ -33,6 +33,7 @@ from vgraph.layers.attention import Attention
 from vgraph.models.loader import load_model
 from vgraph.sample.sampler import Sampler, SamplerOutput
 from vgraph.worker.input_batch import InputBuffers, StepInputs
+from vgraph.worker.memory import DeviceMemory, kv_cache_budget
 from vgraph.worker.sampling_inputs import build_sampling_metadata
 
 logger = logging.getLogger(__name__)
@@ -79,12 +80,17 @@ class ModelRunner:
         self.attn_layers: dict[str, Attention] = {}
         self.kv_caches: dict[str, torch.Tensor] = {}
         self.num_blocks = 0
+        self.memory_before_load = DeviceMemory(0, 0, 0, 0)  # read again by load_model
+        self.model_bytes = 0  # weights this engine put on the device
 
     # ---- start-up -------------------------------------------------------------------------
     def load_model(self) -> None:
         t0 = time.perf_counter()
+        self.memory_before_load = DeviceMemory.now(self.device)
         torch.manual_seed(self.config.model_config.seed)
         self.model = load_model(self.config.model_config, self.device)
+        loaded = DeviceMemory.now(self.device)
+        self.model_bytes = loaded.allocated - self.memory_before_load.allocated
         for module in self.model.modules():
             if isinstance(module, Attention):
                 module.impl = self.backend.impl_cls(
@@ -127,8 +133,8 @@ class ModelRunner:
         if num_blocks < 1:
             raise ValueError(
                 "no memory is left for the KV cache; raise gpu_memory_utilization / "
-                "cpu_kv_cache_bytes or lower max_num_batched_tokens (on CUDA, an engine still "
-                "alive in this process counts against the budget: shut it down first)"
+                "cpu_kv_cache_bytes or lower max_num_batched_tokens (on CUDA the cache is also "
+                "capped at the memory the device has free)"
             )
         shape = self.backend.kv_cache_shape(
             num_blocks + 1, self.block_size, mc.num_kv_heads, mc.head_dim
@@ -145,9 +151,12 @@ class ModelRunner:
         return num_blocks
 
     def _profile_free_bytes(self) -> int:
-        """Run the largest step without a KV cache; what is left under the budget is the cache."""
+        """Run the largest step without a KV cache; what is left of this engine's share of the
+        device (gpu_memory_utilization) after weights, activations and CUDA libraries is the
+        cache. Other engines and processes on the device only cap it at what is free."""
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
+        baseline = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
         n = self.max_num_tokens
         ids = torch.zeros(n, dtype=torch.int64, device=self.device)
@@ -157,11 +166,15 @@ class ModelRunner:
         logits.sort(dim=-1)
         del hidden, logits
         torch.cuda.synchronize()
-        peak = torch.cuda.max_memory_allocated()
-        free, total = torch.cuda.mem_get_info()
-        used_elsewhere = total - free - torch.cuda.memory_reserved()
-        budget = int(total * self.config.cache_config.gpu_memory_utilization)
-        return max(budget - used_elsewhere - peak, 0)
+        activations = torch.cuda.max_memory_allocated() - baseline
+        torch.cuda.empty_cache()
+        return kv_cache_budget(
+            self.memory_before_load,
+            DeviceMemory.now(self.device),
+            self.config.cache_config.gpu_memory_utilization,
+            self.model_bytes,
+            activations,
+        )
 
     # ---- one step ---------------------------------------------------------------------------
     @torch.inference_mode()
