@@ -20,6 +20,7 @@ from vgraph.attention.backend import (
     AttentionImpl,
     CommonAttentionMetadata,
 )
+from vgraph.utils import cdiv
 
 
 def write_kv_cache(
@@ -70,7 +71,7 @@ class TorchAttentionImpl(AttentionImpl):
         num_reqs = query.shape[0]
         block_size = kv_cache.shape[2]
         # eager: only the blocks the longest sequence needs; capture: the whole table width
-        width = md.block_table.shape[1] if md.for_capture else -(-md.max_seq_len // block_size)
+        width = md.block_table.shape[1] if md.for_capture else cdiv(md.max_seq_len, block_size)
         block_table = md.block_table[:num_reqs, :width]  # [B, W]
         seq_lens = md.seq_lens[:num_reqs]  # [B]
         kh, g, d = self.num_kv_heads, self.num_heads // self.num_kv_heads, self.head_dim
@@ -101,7 +102,7 @@ class TorchAttentionImpl(AttentionImpl):
         for r in range(md.num_reqs):
             start, end, seq_len = qsl[r], qsl[r + 1], seq_lens[r]
             q_len = end - start
-            blocks = md.block_table[r, : -(-seq_len // block_size)]
+            blocks = md.block_table[r, : cdiv(seq_len, block_size)]
             k = kv_cache[0][blocks].flatten(0, 1)[:seq_len]  # [S, KH, D]
             v = kv_cache[1][blocks].flatten(0, 1)[:seq_len]
             q_pos = torch.arange(seq_len - q_len, seq_len, device=query.device)

@@ -34,6 +34,7 @@ from vgraph.core.scheduler import SchedulerOutput
 from vgraph.engine.core import EngineCore
 from vgraph.request import Request
 from vgraph.sampling_params import SamplingParams
+from vgraph.utils import cdiv
 
 ALL_MODES = ["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
 
@@ -108,12 +109,12 @@ class _ModeRun:
 def blocks_needed(args: argparse.Namespace) -> int:
     """KV blocks of every request the benchmark prefills, with a little room (and at least one
     max_model_len request's worth, which the engine checks for)."""
-    per_req = -(-(args.context_len + 1) // BLOCK_SIZE)
+    per_req = cdiv(args.context_len + 1, BLOCK_SIZE)
     n = sum(args.batch_sizes) * per_req
     if args.mixed:
         decodes, chunk = _parse_mixed(args.mixed)
-        n += decodes * per_req + -(-(chunk + 1) // BLOCK_SIZE)
-    return max(n + 8, -(-args.max_model_len // BLOCK_SIZE))
+        n += decodes * per_req + cdiv(chunk + 1, BLOCK_SIZE)
+    return max(n + 8, cdiv(args.max_model_len, BLOCK_SIZE))
 
 
 def _parse_mixed(spec: str) -> tuple[int, int]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import deque
 
 from vgraph.request import Request
+from vgraph.utils import cdiv
 
 
 class KVCacheManager:
@@ -29,7 +30,7 @@ class KVCacheManager:
         return 1.0 - len(self.free_blocks) / self.num_blocks
 
     def blocks_needed(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.block_size)
+        return cdiv(num_tokens, self.block_size)
 
     def allocate_slots(self, request: Request, num_new_tokens: int) -> list[int] | None:
         """Grow the request's blocks to hold num_computed + num_new tokens.

@@ -32,6 +32,7 @@ from vgraph.forward_context import ForwardContext, set_forward_context
 from vgraph.layers.attention import Attention
 from vgraph.models.loader import load_model
 from vgraph.sample.sampler import Sampler, SamplerOutput
+from vgraph.utils import cdiv
 from vgraph.worker.input_batch import InputBuffers, StepInputs
 from vgraph.worker.memory import DeviceMemory, kv_cache_budget
 from vgraph.worker.sampling_inputs import build_sampling_metadata
@@ -54,7 +55,7 @@ class ModelRunner:
         self.block_size = cc.block_size
         self.max_num_tokens = sc.max_num_batched_tokens
         self.max_num_reqs = sc.max_num_seqs
-        self.max_blocks_per_req = -(-sc.max_model_len // cc.block_size)
+        self.max_blocks_per_req = cdiv(sc.max_model_len, cc.block_size)
         self.backend: type[AttentionBackend] = get_backend_cls(config.attention_backend)
         self.buffers = InputBuffers(
             self.max_num_tokens,
