@@ -27,7 +27,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from vgraph.bench.latency import _StepBuilder, environment
-from vgraph.config import VGraphConfig
+from vgraph.engine.arg_utils import create_engine_config
 from vgraph.engine.core import EngineCore
 
 
@@ -58,7 +58,7 @@ def _write(path: str | None, report: dict) -> None:
 @torch.inference_mode()
 def time_stages(args: argparse.Namespace, mode: str) -> tuple[dict, dict]:
     """-> ({step: {stage: median ms}}, {step: host profile}) for the decode and mixed steps."""
-    config = VGraphConfig.create(
+    config = create_engine_config(
         args.model,
         load_format="dummy",
         max_model_len=2048,
@@ -131,7 +131,7 @@ def _mark(marks: list[float]) -> None:
 
 
 def profile_kernels(args: argparse.Namespace) -> dict:
-    config = VGraphConfig.create(
+    config = create_engine_config(
         args.model,
         load_format="dummy",
         max_model_len=2048,

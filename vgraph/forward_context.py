@@ -10,16 +10,26 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
+
+from vgraph.config.modes import CUDAGraphMode
+
+if TYPE_CHECKING:
+    import torch
+
+    from vgraph.attention.backend import CommonAttentionMetadata
+    from vgraph.cudagraph.dispatcher import BatchDescriptor
+    from vgraph.layers.attention import Attention
 
 
 @dataclass
 class ForwardContext:
-    attn_metadata: Any  # the backend's metadata for this step; None in a profile run
-    kv_caches: dict[str, Any] = field(default_factory=dict)  # layer name -> its KV cache tensor
-    runtime_mode: Any = None  # CUDAGraphMode of this step (NONE when eager)
-    batch_descriptor: Any = None  # BatchDescriptor chosen by the dispatcher
-    attn_layers: dict[str, Any] = field(default_factory=dict)  # layer name -> Attention module
+    attn_metadata: CommonAttentionMetadata | None  # this step's; None in a profile/trace run
+    # layer name -> its KV cache [2, num_blocks, block_size, num_kv_heads, head_dim]
+    kv_caches: dict[str, torch.Tensor] = field(default_factory=dict)
+    runtime_mode: CUDAGraphMode = CUDAGraphMode.NONE  # of this step (NONE when eager)
+    batch_descriptor: BatchDescriptor | None = None  # chosen by the dispatcher
+    attn_layers: dict[str, Attention] = field(default_factory=dict)  # layer name -> module
     capturing: bool = False  # graph wrappers may capture a missing key only while this is set
 
 

@@ -1,8 +1,17 @@
-"""What the frontend returns to users: RequestOutput with one CompletionOutput per sample."""
+"""What the engine returns: RequestOutput with one CompletionOutput per sample for users, and
+TokenLogprobs, the model runner's per-token logprobs (carried over the wire as they are)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import msgspec
+
+
+class TokenLogprobs(msgspec.Struct, array_like=True):
+    token_ids: list[int]  # the sampled token first, then the top-n
+    logprobs: list[float]
+    rank: int  # rank of the sampled token (1 = most likely)
 
 
 @dataclass

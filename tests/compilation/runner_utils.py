@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from vgraph.config import VGraphConfig
+from vgraph.engine.arg_utils import create_engine_config
 from vgraph.worker.model_runner import ModelRunner
 
 
@@ -17,7 +17,7 @@ def load_runner(folder: Path, cache_dir: Path, **compilation: Any) -> ModelRunne
         "cache_dir": str(cache_dir),
         **compilation,
     }
-    config = VGraphConfig.create(
+    config = create_engine_config(
         str(folder),
         max_model_len=128,
         max_num_batched_tokens=16,

@@ -80,7 +80,7 @@ def test_inductor_on_cpu_agrees_and_second_start_loads_its_artifacts(tiny_checkp
     ref, _, _ = run_workload(folder, "NONE")
     cc = {"use_inductor": True, "cache_dir": str(tmp_path)}
     got, counters, _ = run_workload(folder, "PIECEWISE", **cc)
-    assert got == ref and counters["steps_PIECEWISE"] > 0
+    assert got == ref and counters.steps["PIECEWISE"] > 0
     first = load_runner(folder, tmp_path, use_inductor=True).model_fn.stats
     assert first.cache_hit and first.inductor_cache_misses == 0
     assert first.inductor_cache_hits == first.num_pieces == 2

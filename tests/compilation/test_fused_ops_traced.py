@@ -35,7 +35,7 @@ def test_piecewise_with_fused_ops_equals_eager(
         folder, "FULL_AND_PIECEWISE", use_inductor=use_inductor, cache_dir=str(tmp_path)
     )
     assert got == ref
-    assert c["steps_PIECEWISE"] >= 3 and c["steps_FULL"] >= 5
+    assert c.steps["PIECEWISE"] >= 3 and c.steps["FULL"] >= 5
 
 
 def test_the_traced_pieces_call_the_fused_ops(fused_ops_everywhere, tiny_checkpoint, tmp_path):

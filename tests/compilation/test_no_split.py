@@ -7,24 +7,24 @@ import logging
 
 import pytest
 
-from vgraph.attention.backend import AttentionCGSupport
 from vgraph.attention.torch_backend import TorchAttentionBackend
-from vgraph.compilation import piecewise_available
 from vgraph.config import CompilationConfig, VGraphConfig
-from vgraph.cudagraph.modes import CUDAGraphMode as M
+from vgraph.config.modes import AttentionCGSupport
+from vgraph.config.modes import CUDAGraphMode as M
+from vgraph.engine.arg_utils import create_engine_config
 from vgraph.worker.model_runner import ModelRunner
 
 
 def test_piecewise_available_needs_splitting_ops():
-    assert piecewise_available(CompilationConfig())  # None: the default attention op
-    assert piecewise_available(CompilationConfig(splitting_ops=("vgraph::x",)))
-    assert not piecewise_available(CompilationConfig(splitting_ops=()))
+    assert CompilationConfig().piecewise_available()  # None: the default attention op
+    assert CompilationConfig(splitting_ops=("vgraph::x",)).piecewise_available()
+    assert not CompilationConfig(splitting_ops=()).piecewise_available()
 
 
 def create(folder, mode: str, caplog) -> tuple[VGraphConfig, list[str]]:
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        config = VGraphConfig.create(
+        config = create_engine_config(
             str(folder),
             max_model_len=128,
             max_num_batched_tokens=16,

@@ -7,10 +7,22 @@ import logging
 import pytest
 import torch
 
-from vgraph.config import CompilationConfig, SchedulerConfig
-from vgraph.cudagraph.modes import CUDAGraphMode
+from vgraph.config import AttentionCGSupport, CompilationConfig
+from vgraph.config.modes import CUDAGraphMode
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
+
+
+def resolve(
+    cc: CompilationConfig,
+    device: torch.device,
+    max_num_seqs: int = 256,
+    max_num_batched_tokens: int = 8192,
+) -> CompilationConfig:
+    """Resolution against a backend that allows every mode (downgrades are tested elsewhere)."""
+    return cc.resolve(
+        device, max_num_seqs, max_num_batched_tokens, "fake", AttentionCGSupport.ALWAYS
+    )
 
 
 def test_parse_json_dict_and_object_agree():
@@ -48,33 +60,28 @@ def test_parse_errors_name_the_key(bad, match):
 
 
 def test_auto_mode_per_device():
-    sched = SchedulerConfig()
-    assert CompilationConfig().resolve(CPU, sched).cudagraph_mode is CUDAGraphMode.NONE
-    assert (
-        CompilationConfig().resolve(CUDA, sched).cudagraph_mode is CUDAGraphMode.FULL_AND_PIECEWISE
-    )
-    eager = CompilationConfig(enforce_eager=True).resolve(CUDA, sched)
+    assert resolve(CompilationConfig(), CPU).cudagraph_mode is CUDAGraphMode.NONE
+    assert resolve(CompilationConfig(), CUDA).cudagraph_mode is CUDAGraphMode.FULL_AND_PIECEWISE
+    eager = resolve(CompilationConfig(enforce_eager=True), CUDA)
     assert eager.cudagraph_mode is CUDAGraphMode.NONE
 
 
 def test_default_capture_sizes():
-    sizes = (
-        CompilationConfig().resolve(CPU, SchedulerConfig(max_num_seqs=256)).cudagraph_capture_sizes
-    )
+    sizes = resolve(CompilationConfig(), CPU, max_num_seqs=256).cudagraph_capture_sizes
     expected = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 513, 16))
     assert list(sizes) == expected
-    small = CompilationConfig().resolve(CPU, SchedulerConfig(max_num_seqs=8))
+    small = resolve(CompilationConfig(), CPU, max_num_seqs=8)
     assert list(small.cudagraph_capture_sizes) == [1, 2, 4, 8, 16]
-    clipped = CompilationConfig().resolve(CPU, SchedulerConfig(max_num_batched_tokens=20))
+    clipped = resolve(CompilationConfig(), CPU, max_num_batched_tokens=20)
     assert list(clipped.cudagraph_capture_sizes) == [1, 2, 4, 8, 16]
-    capped = CompilationConfig(max_cudagraph_capture_size=40).resolve(CPU, SchedulerConfig())
+    capped = resolve(CompilationConfig(max_cudagraph_capture_size=40), CPU)
     assert list(capped.cudagraph_capture_sizes) == [1, 2, 4, 8, 16, 24, 32, 40]
 
 
 def test_user_sizes_deduplicated_sorted_and_dropped_with_warning(caplog):
     cc = CompilationConfig(cudagraph_capture_sizes=(64, 4, 1, 4, 5000, 9000))
     with caplog.at_level(logging.WARNING, logger="vgraph.config"):
-        sizes = cc.resolve(CPU, SchedulerConfig(max_num_batched_tokens=512)).cudagraph_capture_sizes
+        sizes = resolve(cc, CPU, max_num_batched_tokens=512).cudagraph_capture_sizes
     assert list(sizes) == [1, 4, 64]
     dropped = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
     assert len(dropped) == 2
@@ -86,15 +93,20 @@ def test_use_inductor_resolves_by_device_and_triton(triton, monkeypatch, caplog)
     import torch.utils._triton
 
     monkeypatch.setattr(torch.utils._triton, "has_triton", lambda: triton)
-    sched = SchedulerConfig()
-    assert CompilationConfig().resolve(CPU, sched).use_inductor is False
-    assert CompilationConfig(use_inductor=True).resolve(CPU, sched).use_inductor is True
-    assert CompilationConfig(use_inductor=False).resolve(CUDA, sched).use_inductor is False
+    assert resolve(CompilationConfig(), CPU).use_inductor is False
+    assert resolve(CompilationConfig(use_inductor=True), CPU).use_inductor is True
+    assert resolve(CompilationConfig(use_inductor=False), CUDA).use_inductor is False
     with caplog.at_level(logging.WARNING, logger="vgraph.config"):
-        assert CompilationConfig().resolve(CUDA, sched).use_inductor is triton
+        assert resolve(CompilationConfig(), CUDA).use_inductor is triton
     assert ("Triton is not installed" in caplog.text) is not triton
     if triton:
-        assert CompilationConfig(use_inductor=True).resolve(CUDA, sched).use_inductor
+        assert resolve(CompilationConfig(use_inductor=True), CUDA).use_inductor
     else:
         with pytest.raises(ValueError, match="use_inductor=true needs Triton"):
-            CompilationConfig(use_inductor=True).resolve(CUDA, sched)
+            resolve(CompilationConfig(use_inductor=True), CUDA)
+
+
+def test_mode_with_graphs_needs_a_capture_size():
+    cc = CompilationConfig(cudagraph_mode=CUDAGraphMode.FULL, cudagraph_capture_sizes=(64,))
+    with pytest.raises(ValueError, match="needs at least one capture size.*=16"):
+        resolve(cc, CPU, max_num_batched_tokens=16)

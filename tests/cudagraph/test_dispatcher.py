@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from vgraph.attention.backend import AttentionCGSupport as S
+from vgraph.config.modes import AttentionCGSupport as S
+from vgraph.config.modes import CUDAGraphMode as M
 from vgraph.cudagraph.dispatcher import BatchDescriptor as BD
 from vgraph.cudagraph.dispatcher import CudagraphDispatcher, EagerReason
-from vgraph.cudagraph.modes import CUDAGraphMode as M
 
 
 @pytest.mark.parametrize(
@@ -35,15 +35,12 @@ def test_full_decode_only_keys_and_dispatch():
     assert d.dispatch(3, uniform_decode=True) == (M.FULL, BD(4, 4, True), None)
     assert d.dispatch(3, uniform_decode=False) == (M.NONE, None, EagerReason.UNSUPPORTED)
     assert d.dispatch(17, uniform_decode=False) == (M.NONE, None, EagerReason.ABOVE_MAX_SIZE)
-    assert d.dispatch(2, True, use_cascade=True) == (M.NONE, None, EagerReason.CASCADE)
 
 
 def test_full_and_piecewise_prefers_full_for_decode():
     d = CudagraphDispatcher(M.FULL_AND_PIECEWISE, [1, 2, 4, 8], S.UNIFORM_SINGLE_TOKEN_DECODE, 64)
     assert d.dispatch(5, True) == (M.FULL, BD(8, 8, True), None)
     assert d.dispatch(5, False) == (M.PIECEWISE, BD(8), None)
-    # cascade never FULL, may be PIECEWISE
-    assert d.dispatch(5, True, use_cascade=True) == (M.PIECEWISE, BD(8), None)
 
 
 def test_full_with_always_backend_uses_relaxed_keys_for_mixed():
@@ -51,7 +48,6 @@ def test_full_with_always_backend_uses_relaxed_keys_for_mixed():
     assert BD(8) in d.keys[M.FULL] and BD(8, 8, True) in d.keys[M.FULL]
     assert d.dispatch(6, False) == (M.FULL, BD(8), None)
     assert d.dispatch(6, True) == (M.FULL, BD(8, 8, True), None)
-    assert d.dispatch(6, False, use_cascade=True) == (M.NONE, None, EagerReason.CASCADE)
 
 
 def test_piecewise_keys_and_none_mode():

@@ -6,9 +6,10 @@ import logging
 
 import pytest
 
-from vgraph.attention.backend import AttentionCGSupport as S
-from vgraph.cudagraph.modes import CUDAGraphMode as M
-from vgraph.cudagraph.modes import resolve_cudagraph_mode
+from vgraph.config.compilation import resolve_cudagraph_mode
+from vgraph.config.modes import RUNTIME_MODES
+from vgraph.config.modes import AttentionCGSupport as S
+from vgraph.config.modes import CUDAGraphMode as M
 
 # (requested, support, piecewise available) -> expected; unlisted combinations keep the request
 EXPECTED = {
@@ -16,18 +17,14 @@ EXPECTED = {
     (M.FULL, S.NEVER, False): M.NONE,
     (M.FULL, S.UNIFORM_SINGLE_TOKEN_DECODE, True): M.FULL_AND_PIECEWISE,
     (M.FULL, S.UNIFORM_SINGLE_TOKEN_DECODE, False): M.FULL_DECODE_ONLY,
-    (M.FULL, S.UNIFORM_BATCH, True): M.FULL_AND_PIECEWISE,
-    (M.FULL, S.UNIFORM_BATCH, False): M.FULL_DECODE_ONLY,
     (M.FULL_DECODE_ONLY, S.NEVER, True): M.PIECEWISE,
     (M.FULL_DECODE_ONLY, S.NEVER, False): M.NONE,
     (M.FULL_AND_PIECEWISE, S.NEVER, True): M.PIECEWISE,
     (M.FULL_AND_PIECEWISE, S.NEVER, False): M.NONE,
     (M.FULL_AND_PIECEWISE, S.UNIFORM_SINGLE_TOKEN_DECODE, False): M.FULL_DECODE_ONLY,
-    (M.FULL_AND_PIECEWISE, S.UNIFORM_BATCH, False): M.FULL_DECODE_ONLY,
     (M.FULL_AND_PIECEWISE, S.ALWAYS, False): M.FULL,
     (M.PIECEWISE, S.NEVER, False): M.NONE,
     (M.PIECEWISE, S.UNIFORM_SINGLE_TOKEN_DECODE, False): M.NONE,
-    (M.PIECEWISE, S.UNIFORM_BATCH, False): M.NONE,
     (M.PIECEWISE, S.ALWAYS, False): M.NONE,
 }
 
@@ -37,7 +34,7 @@ EXPECTED = {
 @pytest.mark.parametrize("requested", list(M))
 def test_resolution_matrix(requested, support, piecewise, caplog):
     expected = EXPECTED.get((requested, support, piecewise), requested)
-    with caplog.at_level(logging.WARNING, logger="vgraph.cudagraph.modes"):
+    with caplog.at_level(logging.WARNING, logger="vgraph.config.compilation"):
         got = resolve_cudagraph_mode(requested, "fake", support, piecewise)
     assert got is expected
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
@@ -54,9 +51,8 @@ def test_mode_halves():
     assert M.FULL_DECODE_ONLY.mixed_mode() is M.NONE
     assert M.FULL_AND_PIECEWISE.decode_mode() is M.FULL
     assert M.FULL_AND_PIECEWISE.mixed_mode() is M.PIECEWISE
-    for m in (M.NONE, M.PIECEWISE, M.FULL):
-        assert m.decode_mode() is m and m.mixed_mode() is m and m.is_runtime_mode()
-    assert not M.FULL_AND_PIECEWISE.is_runtime_mode()
+    for m in RUNTIME_MODES:
+        assert m.decode_mode() is m and m.mixed_mode() is m
 
 
 @pytest.mark.parametrize("name", ["full", "Full_Decode_Only", "PIECEWISE", "none"])

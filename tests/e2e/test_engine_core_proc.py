@@ -21,7 +21,8 @@ import zmq
 from tests.e2e.serve_utils import pid_alive, wait_until
 from tests.tiny_models import make_tiny_model
 from vgraph import LLM, SamplingParams
-from vgraph.config import VGraphConfig
+from vgraph.cudagraph.counters import GraphStats
+from vgraph.engine.arg_utils import create_engine_config
 from vgraph.engine.async_llm import AsyncLLM
 from vgraph.engine.client import EngineDeadError, InprocClient, MPClient
 from vgraph.engine.core_proc import ENCODER, EngineCoreProc
@@ -32,8 +33,8 @@ from vgraph.engine.protocol import (
     EngineCoreRequest,
     EngineCoreRequestType,
     SchedulerStats,
-    TokenLogprobs,
 )
+from vgraph.outputs import TokenLogprobs
 
 KW = {"max_model_len": 256, "num_gpu_blocks_override": 256}
 PROMPTS = [[5, 6, 7, 8], [100, 200, 300], [42] * 20]
@@ -69,7 +70,9 @@ def test_wire_format_round_trip() -> None:
     assert msgspec.msgpack.decode(ENCODER.encode(req), type=EngineCoreRequest) == req
     outs = EngineCoreOutputs(
         [EngineCoreOutput("r1", [9], [TokenLogprobs([9, 8], [-0.1, -2.0], 1)], "stop", "x")],
-        SchedulerStats(num_running=1, kv_cache_usage=0.5, counters={"steps_FULL": 3.0}),
+        SchedulerStats(
+            num_running=1, kv_cache_usage=0.5, graph_stats=GraphStats(steps={"FULL": 3})
+        ),
         1.0,
     )
     assert msgspec.msgpack.decode(ENCODER.encode(outs), type=EngineCoreOutputs) == outs
@@ -142,7 +145,7 @@ def test_engine_death_raises_engine_dead_error(model_dir: str) -> None:
 
 
 def test_tcp_transport(model_dir: str) -> None:
-    client = MPClient(VGraphConfig.create(model_dir, **KW), transport="tcp")
+    client = MPClient(create_engine_config(model_dir, **KW), transport="tcp")
     try:
         endpoint = client.input_socket.getsockopt_string(zmq.LAST_ENDPOINT)
         assert endpoint.startswith("tcp://127.0.0.1:") and client.resources.ipc_dir is None
@@ -206,7 +209,7 @@ def test_busy_loop_reports_errors_and_death() -> None:
 
 def test_async_llm_abort_frees_blocks_and_death(model_dir: str) -> None:
     async def scenario() -> None:
-        engine = AsyncLLM(VGraphConfig.create(model_dir, **KW))
+        engine = AsyncLLM(create_engine_config(model_dir, **KW))
         try:
             params = SamplingParams(temperature=0, max_tokens=200, ignore_eos=True)
             gen = engine.generate([1, 2, 3], params, "r")
@@ -270,7 +273,7 @@ class FakeAsyncClient:
 def test_output_processing_failure_ends_only_its_request(model_dir: str) -> None:
     async def scenario() -> None:
         client = FakeAsyncClient()
-        engine = AsyncLLM(VGraphConfig.create(model_dir, **KW), client=client)
+        engine = AsyncLLM(create_engine_config(model_dir, **KW), client=client)
         update = engine.output_processor._update_child
 
         def flaky(child, out):  # a detokenizer that breaks on one request
@@ -300,10 +303,10 @@ def test_output_processing_failure_ends_only_its_request(model_dir: str) -> None
 
 ORPHAN_SCRIPT = """
 import sys, time
-from vgraph.config import VGraphConfig
+from vgraph.engine.arg_utils import create_engine_config
 from vgraph.engine.client import MPClient
 if __name__ == "__main__":
-    client = MPClient(VGraphConfig.create(sys.argv[1], max_model_len=256,
+    client = MPClient(create_engine_config(sys.argv[1], max_model_len=256,
                                           num_gpu_blocks_override=64))
     print(client.proc.pid, client.resources.ipc_dir, flush=True)
     time.sleep(600)

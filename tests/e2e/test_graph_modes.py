@@ -11,9 +11,8 @@ import torch
 
 from tests.tiny_models import make_tiny_model
 from vgraph import LLM, SamplingParams
-from vgraph.cudagraph.modes import CUDAGraphMode
-from vgraph.forward_context import ForwardContext, set_forward_context
-from vgraph.worker.model_runner import ModelRunner
+from vgraph.config.modes import CUDAGraphMode
+from vgraph.worker.input_batch import InputBuffers
 
 SIZES = [1, 2, 4, 8]
 
@@ -47,11 +46,11 @@ def test_full_decode_only_equals_none(tiny_llama):
     ref, _ = run(tiny_llama, "NONE")
     got, runner = run(tiny_llama, "FULL_DECODE_ONLY")
     assert got == ref
-    c = runner.counters()
-    assert c["num_graphs"] == len(SIZES)
-    assert c["steps_FULL"] >= 15  # decode steps replayed graphs
-    assert c["steps_NONE"] >= 1  # the prefill ran eager
-    assert c["padded_tokens"] > 0  # 5, 3 live requests were padded up to 8, 4
+    g = runner.graph_stats
+    assert g.num_graphs == len(SIZES)
+    assert g.steps["FULL"] >= 15  # decode steps replayed graphs
+    assert g.steps["NONE"] >= 1  # the prefill ran eager
+    assert g.padded_tokens > 0  # 5, 3 live requests were padded up to 8, 4
     assert [len(t) for t in got] == [5, 12, 20, 8, 16]
 
 
@@ -77,30 +76,26 @@ def test_full_without_splitting_ops_downgrades_to_full_decode_only(tiny_llama, c
     assert got == ref
 
 
-def _forgetful_forward(self, step, common, mode=CUDAGraphMode.NONE, key=None, capturing=False):
-    """A runner bug: hands the model fresh tensors instead of its static input buffers."""
-    n = step.num_tokens_padded
-    ids = self.buffers.input_ids.gpu[:n].clone()
-    positions = self.buffers.positions.gpu[:n].clone()
-    ctx = ForwardContext(
-        attn_metadata=common,
-        kv_caches=self.kv_caches,
-        attn_layers=self.attn_layers,
-        runtime_mode=mode,
-        batch_descriptor=key,
-        capturing=capturing,
-    )
-    with set_forward_context(ctx):
-        return self.model_fn(ids, positions)
+def _forgetful_prepare(prepare):
+    """A runner bug: each step's input ids and positions land in fresh tensors instead of the
+    static buffers a captured graph reads (the real execute_forward then hands those over)."""
+
+    def prepare_into_fresh_tensors(self, *args, **kwargs):
+        step = prepare(self, *args, **kwargs)
+        self.input_ids.gpu = self.input_ids.gpu.clone()
+        self.positions.gpu = self.positions.gpu.clone()
+        return step
+
+    return prepare_into_fresh_tensors
 
 
 def test_recorder_returns_stale_results_when_inputs_are_not_copied(tiny_llama, monkeypatch):
     ref, _ = run(tiny_llama, "NONE")
-    monkeypatch.setattr(ModelRunner, "execute_forward", _forgetful_forward)
+    monkeypatch.setattr(InputBuffers, "prepare", _forgetful_prepare(InputBuffers.prepare))
     eager, _ = run(tiny_llama, "NONE")
     assert eager == ref  # eager never notices the bug
     stale, runner = run(tiny_llama, "FULL_DECODE_ONLY")
-    assert runner.counters()["steps_FULL"] > 0
+    assert runner.graph_stats.steps["FULL"] > 0
     assert stale != ref  # the replayed graph read the captured buffers, not the new tensors
 
 
@@ -115,8 +110,8 @@ def test_full_with_csrc_backend_captures_mixed_steps(tiny_llama):
     got, runner = run(tiny_llama, "FULL", attention_backend="csrc", max_num_batched_tokens=8)
     assert runner.cudagraph_mode is CUDAGraphMode.FULL
     assert BatchDescriptor(8) in runner.dispatcher.keys[CUDAGraphMode.FULL]  # mixed key
-    c = runner.counters()
-    assert c["steps_NONE"] == 0  # chunked prefills and mixed steps replayed full graphs too
+    # chunked prefills and mixed steps replayed full graphs too
+    assert runner.graph_stats.steps["NONE"] == 0
     assert got == ref
     torch_ref, _ = run(tiny_llama, "NONE")
     assert got == torch_ref  # and the csrc kernels agree with the torch backend

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from vgraph import LLM, SamplingParams
-from vgraph.config import VGraphConfig
+from vgraph.engine.arg_utils import create_engine_config
 from vgraph.layers.rotary import _inv_freq, rope_parameters
 from vgraph.models.registry import get_model_cls
 
@@ -36,7 +36,7 @@ def test_every_shipped_config_is_tested() -> None:
 @pytest.mark.parametrize("name", list(SHIPPED))
 def test_shipped_config_parses(name: str) -> None:
     arch, vocab, layers, kv_heads, head_dim, max_len, _ = SHIPPED[name]
-    config = VGraphConfig.create(name, load_format="dummy", device="cpu")
+    config = create_engine_config(name, load_format="dummy", device="cpu")
     mc = config.model_config
     assert Path(mc.model) == CONFIGS / name
     assert mc.load_format == "dummy" and mc.dtype == torch.float32

@@ -57,7 +57,7 @@ def run_workload(
 
         runner.dispatch = logged_dispatch
         outs = llm.generate(prompts, params, use_tqdm=False)
-        return [o.outputs[0].token_ids for o in outs], runner.counters(), steps
+        return [o.outputs[0].token_ids for o in outs], runner.graph_stats, steps
     finally:
         llm.shutdown()
 
@@ -66,7 +66,7 @@ def run_workload(
 def reference(tiny_checkpoint) -> list[list[int]]:
     tokens, counters, _ = run_workload(tiny_checkpoint("llama"), "NONE")
     assert [len(t) for t in tokens] == list(MAX_TOKENS)
-    assert counters["steps_PIECEWISE"] == counters["steps_FULL"] == 0
+    assert counters.steps["PIECEWISE"] == counters.steps["FULL"] == 0
     return tokens
 
 
@@ -74,14 +74,14 @@ def test_piecewise_equals_none(reference, tiny_checkpoint, tmp_path, monkeypatch
     monkeypatch.setenv("VGRAPH_DEBUG_GRAPHS", "1")  # every replay checks its input addresses
     got, c, steps = run_workload(tiny_checkpoint("llama"), "PIECEWISE", cache_dir=str(tmp_path))
     assert got == reference
-    assert c["num_graphs"] == len(SIZES)
+    assert c.num_graphs == len(SIZES)
     # every step up to the largest capture size replayed pieces; only larger ones ran eager
     assert all(mode == ("PIECEWISE" if n <= SIZES[-1] else "NONE") for _, n, mode in steps)
     mixed = [n for uniform, n, mode in steps if not uniform and mode == "PIECEWISE"]
     assert len(mixed) >= 3 and any(n not in SIZES for n in mixed)
-    assert c["steps_PIECEWISE"] >= 20 and c["steps_FULL"] == 0
-    assert c["steps_NONE"] >= 1 and c["eager_fallback_above_max_size"] == c["steps_NONE"]
-    assert c["padded_tokens"] > 0
+    assert c.steps["PIECEWISE"] >= 20 and c.steps["FULL"] == 0
+    assert c.steps["NONE"] >= 1 and c.eager_fallbacks["above_max_size"] == c.steps["NONE"]
+    assert c.padded_tokens > 0
 
 
 def test_full_and_piecewise_equals_none(reference, tiny_checkpoint, tmp_path):
@@ -90,7 +90,7 @@ def test_full_and_piecewise_equals_none(reference, tiny_checkpoint, tmp_path):
     )
     assert got == reference
     # FULL decode graphs only up to max_num_seqs=3 requests (sizes 1, 2), pieces for every size
-    assert c["num_graphs"] == 2 + len(SIZES)
+    assert c.num_graphs == 2 + len(SIZES)
     for uniform, n, mode in steps:
         if n > SIZES[-1]:
             assert mode == "NONE"
@@ -99,7 +99,7 @@ def test_full_and_piecewise_equals_none(reference, tiny_checkpoint, tmp_path):
         else:  # mixed steps, and decodes of 3 requests (padded to 4: no FULL graph of 4)
             assert mode == "PIECEWISE"
     assert sum(not uniform and mode == "PIECEWISE" for uniform, _, mode in steps) >= 3
-    assert c["steps_FULL"] >= 5 and c["steps_PIECEWISE"] >= 3 and c["steps_NONE"] >= 1
+    assert c.steps["FULL"] >= 5 and c.steps["PIECEWISE"] >= 3 and c.steps["NONE"] >= 1
 
 
 def test_piecewise_equals_none_qwen3(tiny_checkpoint, tmp_path):
@@ -107,7 +107,7 @@ def test_piecewise_equals_none_qwen3(tiny_checkpoint, tmp_path):
     folder = tiny_checkpoint("qwen3")
     ref, _, _ = run_workload(folder, "NONE")
     got, c, _ = run_workload(folder, "PIECEWISE", cache_dir=str(tmp_path))
-    assert got == ref and c["steps_PIECEWISE"] >= 20
+    assert got == ref and c.steps["PIECEWISE"] >= 20
 
 
 def test_debug_mode_catches_a_runner_that_hands_pieces_fresh_inputs(

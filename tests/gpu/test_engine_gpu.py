@@ -107,7 +107,7 @@ def test_full_graphs_equal_none_bf16(tiny):
         runner = llm.engine.client.core.runner
         runs[mode] = (
             [o.outputs[0].token_ids for o in outs],
-            runner.counters(),
+            runner.graph_stats,
             [o.outputs[0].logprobs for o in outs],
         )
         del llm, runner, outs
@@ -115,10 +115,10 @@ def test_full_graphs_equal_none_bf16(tiny):
         torch.cuda.empty_cache()
     tokens_none = runs["NONE"][0]
     assert runs["FULL_DECODE_ONLY"][0] == tokens_none
-    assert runs["FULL_DECODE_ONLY"][1]["steps_FULL"] > 0
+    assert runs["FULL_DECODE_ONLY"][1].steps["FULL"] > 0
     # FULL: with the csrc backend (support ALWAYS) mixed steps replay full graphs too
     assert runs["FULL"][0] == tokens_none
-    assert runs["FULL"][1]["steps_FULL"] > runs["FULL_DECODE_ONLY"][1]["steps_FULL"]
+    assert runs["FULL"][1].steps["FULL"] > runs["FULL_DECODE_ONLY"][1].steps["FULL"]
     for steps_none, steps_full in zip(runs["NONE"][2], runs["FULL"][2]):
         for entry_none, entry_full in zip(steps_none, steps_full):
             for token_id in entry_none.keys() & entry_full.keys():
@@ -154,10 +154,10 @@ def test_capture_default_list_llama_1b(capsys):
     )
     runner = llm.engine.client.core.runner
     sizes = llm.config.compilation_config.cudagraph_capture_sizes
-    c = runner.counters()
+    c = runner.graph_stats
     assert list(sizes) == [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 513, 16))
-    assert c["num_graphs"] == len(runner.dispatcher.capture_keys()) > len(sizes)
-    assert c["graph_memory_bytes"] > 0
+    assert c.num_graphs == len(runner.dispatcher.capture_keys()) > len(sizes)
+    assert c.graph_memory_bytes > 0
     with capsys.disabled():
         print(
             f"\nLlama-3.2-1B default capture list: {int(c['num_graphs'])} graphs "

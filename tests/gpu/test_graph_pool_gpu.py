@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from vgraph.config.modes import CUDAGraphMode
 from vgraph.cudagraph.backends import CudaGraphBackend, non_owning_alias
 from vgraph.cudagraph.dispatcher import BatchDescriptor
-from vgraph.cudagraph.modes import CUDAGraphMode
 from vgraph.cudagraph.wrapper import CUDAGraphWrapper
 from vgraph.forward_context import ForwardContext, set_forward_context
 

@@ -62,7 +62,7 @@ def generate(llm: LLM) -> tuple[list[list[int]], list[list[float]], dict[str, fl
             top = sorted((lp.logprob for lp in entry.values()), reverse=True)
             per_token.append(top[0] - top[1])
         margins.append(per_token)
-    return tokens, margins, llm.engine.client.core.runner.counters()
+    return tokens, margins, llm.engine.client.core.runner.graph_stats
 
 
 @pytest.fixture(scope="module")
@@ -106,14 +106,14 @@ def test_graph_modes_agree_with_none_on_cuda(mode, folder, reference, cache_dir)
         llm.shutdown()
     ref, margins, _ = reference
     assert_agrees(got, ref, margins)
-    assert c["steps_PIECEWISE"] >= 3 and c["steps_NONE"] >= 1
+    assert c.steps["PIECEWISE"] >= 3 and c.steps["NONE"] >= 1
     if mode == "FULL_AND_PIECEWISE":
-        assert c["steps_FULL"] >= 5
+        assert c.steps["FULL"] >= 5
 
 
 def test_replayed_pieces_equal_the_compiled_pieces_run_eagerly(folder, cache_dir):
+    from vgraph.config.modes import CUDAGraphMode
     from vgraph.cudagraph.dispatcher import BatchDescriptor
-    from vgraph.cudagraph.modes import CUDAGraphMode
 
     llm = make_llm(folder, "PIECEWISE", cache_dir)
     try:

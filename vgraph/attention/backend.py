@@ -1,27 +1,19 @@
-"""The attention backend interface: a metadata builder (once per step) and an impl (per layer).
+"""The attention backend interface: the step's common metadata and a per-layer impl.
 
-A backend also declares how much of a CUDA graph it tolerates (AttentionCGSupport); the graph-mode
-resolver reads that at start-up. Backends never read host copies of lengths on a path they claim
-is graph-safe.
+A backend also declares how much of a CUDA graph it tolerates (AttentionCGSupport, defined with
+the graph modes in vgraph/config/modes.py); the graph-mode resolver reads that at start-up.
+Backends never read host copies of lengths on a path they claim is graph-safe.
 """
 
 from __future__ import annotations
 
-import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
-
-class AttentionCGSupport(enum.IntEnum):
-    """How much of a step an attention backend can run inside a captured CUDA graph."""
-
-    NEVER = 0
-    UNIFORM_SINGLE_TOKEN_DECODE = 1  # only batches where every request has one query token
-    UNIFORM_BATCH = 2  # batches where every request has the same query length
-    ALWAYS = 3  # any batch, mixed prefill + decode included
+from vgraph.config.modes import AttentionCGSupport
 
 
 @dataclass
@@ -59,7 +51,7 @@ class AttentionImpl(ABC):
         key: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
         value: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
         kv_cache: torch.Tensor,  # [2, num_blocks, block_size, num_kv_heads, head_dim]
-        metadata: Any,
+        metadata: CommonAttentionMetadata,
     ) -> None:
         """Store each token's K/V at its slot (metadata's slot_mapping); pad tokens (-1) are
         never written to a real block. Reads no host value: it is captured in any mode."""
@@ -69,28 +61,17 @@ class AttentionImpl(ABC):
         self,
         query: torch.Tensor,  # [num_tokens, num_heads, head_dim]
         kv_cache: torch.Tensor,  # [2, num_blocks, block_size, num_kv_heads, head_dim]
-        metadata: Any,
+        metadata: CommonAttentionMetadata,
         output: torch.Tensor,  # [num_tokens, num_heads, head_dim], written in full
     ) -> None:
         """Attention of every query token over its request's cached context (this step's K/V
         already written)."""
 
 
-class AttentionMetadataBuilder:
-    """Turns the common metadata into the backend's own; the default passes it through."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-
-    def build(self, common: CommonAttentionMetadata) -> Any:
-        return common
-
-
 class AttentionBackend(ABC):
     name: ClassVar[str]
     cudagraph_support: ClassVar[AttentionCGSupport]
     impl_cls: ClassVar[type[AttentionImpl]]
-    builder_cls: ClassVar[type[AttentionMetadataBuilder]] = AttentionMetadataBuilder
 
     @staticmethod
     def kv_cache_shape(

@@ -29,8 +29,8 @@ from typing import Any
 
 import torch
 
-from vgraph.config import VGraphConfig
 from vgraph.core.scheduler import SchedulerOutput
+from vgraph.engine.arg_utils import create_engine_config
 from vgraph.engine.core import EngineCore
 from vgraph.request import Request
 from vgraph.sampling_params import SamplingParams
@@ -124,7 +124,7 @@ def _parse_mixed(spec: str) -> tuple[int, int]:
 
 def start_mode(args: argparse.Namespace, mode: str) -> _ModeRun:
     t0 = time.perf_counter()
-    config = VGraphConfig.create(
+    config = create_engine_config(
         args.model,
         load_format=args.load_format,
         dtype=args.dtype,
@@ -137,15 +137,15 @@ def start_mode(args: argparse.Namespace, mode: str) -> _ModeRun:
     )
     core = EngineCore(config)
     startup_s = time.perf_counter() - t0
-    c = core.runner.counters()
+    g = core.runner.graph_stats
     result: dict[str, Any] = {
         "mode": mode,
         "resolved_mode": config.compilation_config.cudagraph_mode.name,
         "attention_backend": config.attention_backend,
         "startup_s": startup_s,
-        "num_graphs": c["num_graphs"],
-        "capture_s": c["capture_seconds"],
-        "graph_memory_mib": c["graph_memory_bytes"] / 2**20,
+        "num_graphs": g.num_graphs,
+        "capture_s": g.capture_seconds,
+        "graph_memory_mib": g.graph_memory_bytes / 2**20,
     }
     stats = _compile_stats(core)
     if stats is not None:
@@ -171,7 +171,7 @@ def measure(runs: list[_ModeRun], args: argparse.Namespace, block: int = 10) -> 
         for run in runs:
             for _ in range(args.num_warmup):
                 run.core.runner.execute_model(run.steps[name])
-        before = [run.core.runner.counters() for run in runs]
+        before = [dict(run.core.runner.graph_stats.steps) for run in runs]
         for start in range(0, args.num_iters, block):
             for run in runs:
                 sched = run.steps[name]
@@ -180,8 +180,8 @@ def measure(runs: list[_ModeRun], args: argparse.Namespace, block: int = 10) -> 
                     t0 = time.perf_counter()
                     run.core.runner.execute_model(sched)  # ends in a device-to-host copy
                     times.append((time.perf_counter() - t0) * 1e3)
-        for run, counters in zip(runs, before):
-            run.modes_used[name] = _used_mode(counters, run.core.runner.counters())
+        for run, steps in zip(runs, before):
+            run.modes_used[name] = _used_mode(steps, run.core.runner.graph_stats.steps)
 
 
 def summarize(run: _ModeRun) -> dict[str, Any]:
@@ -194,6 +194,7 @@ def summarize(run: _ModeRun) -> dict[str, Any]:
     if "mixed" in run.times:
         r["mixed_ms"] = statistics.median(run.times["mixed"])
     r["percentiles_ms"] = {k: _p10_p90(v) for k, v in run.times.items()}
+    r["samples_ms"] = dict(run.times)  # every timed step, in the order it ran
     r["runtime_modes"] = dict(run.modes_used)
     return r
 
@@ -212,9 +213,9 @@ def _compile_stats(core: EngineCore) -> Any:
     return getattr(model, "stats", None)
 
 
-def _used_mode(before: dict[str, float], after: dict[str, float]) -> str:
-    used = [m for m in ("FULL", "PIECEWISE", "NONE") if after[f"steps_{m}"] > before[f"steps_{m}"]]
-    return "+".join(used)
+def _used_mode(before: dict[str, int], after: dict[str, int]) -> str:
+    """Runtime modes whose step count grew between two GraphStats.steps readings."""
+    return "+".join(m for m in ("FULL", "PIECEWISE", "NONE") if after[m] > before[m])
 
 
 def environment() -> dict[str, Any]:

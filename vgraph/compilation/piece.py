@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
+from vgraph.config.modes import CUDAGraphMode
 from vgraph.cudagraph.backends import GraphBackend
 from vgraph.cudagraph.dispatcher import BatchDescriptor
-from vgraph.cudagraph.modes import CUDAGraphMode
 from vgraph.cudagraph.wrapper import CUDAGraphWrapper
 from vgraph.forward_context import get_forward_context
 

@@ -1,9 +1,9 @@
-"""Engine configuration: frozen dataclasses resolved once at start-up.
+"""Engine configuration: frozen dataclasses, the ground floor of the package.
 
-engine.py: the model, cache, scheduler and parallel configs and VGraphConfig, whose `create`
-resolves every "auto" (dtype, max_model_len, device, attention backend, graph mode) before
-anything is frozen. compilation.py: CompilationConfig, the graph-mode settings. No other module
-reads raw user input.
+modes.py: CUDAGraphMode and AttentionCGSupport. compilation.py: CompilationConfig, the graph-mode
+settings, and their resolution. engine.py: the model, cache, scheduler and parallel configs and
+VGraphConfig. This package imports nothing else from vgraph (a test checks it); turning user
+arguments into a VGraphConfig is vgraph/engine/arg_utils.py's job.
 """
 
 from vgraph.config.compilation import ATTENTION_OP, CompilationConfig
@@ -15,10 +15,13 @@ from vgraph.config.engine import (
     SchedulerConfig,
     VGraphConfig,
 )
+from vgraph.config.modes import AttentionCGSupport, CUDAGraphMode
 
 __all__ = [
     "ATTENTION_OP",
     "LOAD_FORMATS",
+    "AttentionCGSupport",
+    "CUDAGraphMode",
     "CacheConfig",
     "CompilationConfig",
     "ModelConfig",

@@ -1,7 +1,7 @@
-"""Graph-mode settings: CompilationConfig, its parsing from JSON / dict, and its resolution
-(mode, capture sizes, splitting ops, Inductor) for a device and scheduler at start-up.
-
-Mode downgrades against the attention backend happen later, in VGraphConfig.create.
+"""Graph-mode settings: CompilationConfig, its parsing from JSON / dict, and its resolution at
+start-up (mode, capture sizes, splitting ops, Inductor, and the mode's downgrade against the
+attention backend's graph support). `resolve` is the one place a requested mode becomes the mode
+that runs; it takes plain numbers and the backend's support level, never other configs.
 """
 
 from __future__ import annotations
@@ -10,14 +10,11 @@ import dataclasses
 import json
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from vgraph.cudagraph.modes import CUDAGraphMode
-
-if TYPE_CHECKING:
-    from vgraph.config.engine import SchedulerConfig
+from vgraph.config.modes import AttentionCGSupport, CUDAGraphMode
 
 logger = logging.getLogger(__name__)
 
@@ -102,24 +99,88 @@ class CompilationConfig:
             )
         return CompilationConfig(**kw)
 
-    def resolve(self, device: torch.device, sched: SchedulerConfig) -> CompilationConfig:
-        """Fill every "auto" field for this device and scheduler (mode not yet vs. backend)."""
+    def resolve(
+        self,
+        device: torch.device,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        attention_backend: str,
+        attention_support: AttentionCGSupport,
+    ) -> CompilationConfig:
+        """Fill every "auto" field for this device and batch limits, then downgrade the mode to
+        what the attention backend and piecewise compilation allow. Raises ValueError when the
+        resolved mode has graphs but no capture size is left."""
         mode = self.cudagraph_mode
         if self.enforce_eager:
             mode = CUDAGraphMode.NONE
         elif mode is None:
             mode = CUDAGraphMode.FULL_AND_PIECEWISE if device.type == "cuda" else CUDAGraphMode.NONE
-        return dataclasses.replace(
+        resolved = dataclasses.replace(
             self,
-            cudagraph_mode=mode,
-            cudagraph_capture_sizes=tuple(resolve_capture_sizes(self, sched)),
+            cudagraph_capture_sizes=tuple(
+                resolve_capture_sizes(self, max_num_seqs, max_num_batched_tokens)
+            ),
             splitting_ops=(ATTENTION_OP,) if self.splitting_ops is None else self.splitting_ops,
             use_inductor=_resolve_use_inductor(self.use_inductor, device),
         )
+        mode = resolve_cudagraph_mode(
+            mode, attention_backend, attention_support, resolved.piecewise_available()
+        )
+        if mode is not CUDAGraphMode.NONE and not resolved.cudagraph_capture_sizes:
+            raise ValueError(
+                f"cudagraph_mode={mode.name} needs at least one capture size, but none is left "
+                f"under max_num_batched_tokens={max_num_batched_tokens}"
+            )
+        return dataclasses.replace(resolved, cudagraph_mode=mode)
 
-    @property
-    def max_capture_size(self) -> int:
-        return max(self.cudagraph_capture_sizes or (0,))
+    def piecewise_available(self) -> bool:
+        """Whether PIECEWISE graphs can be built: splitting ops are configured (None means the
+        default, the attention op) and torch.compile (Dynamo) works in this Python."""
+        if self.splitting_ops is not None and len(self.splitting_ops) == 0:
+            return False
+        try:
+            from torch._dynamo import is_dynamo_supported
+        except ImportError:
+            return False
+        return bool(is_dynamo_supported())
+
+
+def resolve_cudagraph_mode(
+    requested: CUDAGraphMode,
+    backend_name: str,
+    support: AttentionCGSupport,
+    piecewise_available: bool,
+) -> CUDAGraphMode:
+    """The mode to run, given the backend's graph support and whether piecewise graphs exist.
+
+    Each downgrade logs one WARNING naming the backend, its support level and the mode chosen.
+    """
+    mode = requested
+    why = ""
+    M = CUDAGraphMode
+    if mode.decode_mode() is M.FULL and support is AttentionCGSupport.NEVER:
+        mode = M.PIECEWISE if piecewise_available else M.NONE
+        why = "it can't run inside any full graph"
+    elif mode is M.FULL and support is not AttentionCGSupport.ALWAYS:
+        mode = M.FULL_AND_PIECEWISE if piecewise_available else M.FULL_DECODE_ONLY
+        why = "full graphs of mixed prefill+decode steps need support ALWAYS"
+    elif mode.mixed_mode() is M.PIECEWISE and not piecewise_available:
+        if mode is M.PIECEWISE:
+            mode = M.NONE
+        else:  # FULL_AND_PIECEWISE: mixed steps go full where the backend allows it
+            mode = M.FULL if support is AttentionCGSupport.ALWAYS else M.FULL_DECODE_ONLY
+        why = "piecewise compilation is not available (splitting_ops is empty)"
+    if mode is not requested:
+        logger.warning(
+            "cudagraph_mode %s is not available with attention backend %r (support %s): %s; "
+            "using %s",
+            requested.name,
+            backend_name,
+            support.name,
+            why,
+            mode.name,
+        )
+    return mode
 
 
 def _resolve_use_inductor(use_inductor: bool | None, device: torch.device) -> bool:
@@ -146,15 +207,17 @@ def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def resolve_capture_sizes(cc: CompilationConfig, sched: SchedulerConfig) -> list[int]:
+def resolve_capture_sizes(
+    cc: CompilationConfig, max_num_seqs: int, max_num_batched_tokens: int
+) -> list[int]:
     """Default [1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16), max = min(2 * seqs, 512);
     a user list is deduplicated and sorted. Sizes above max_num_batched_tokens (or the user's
     max_cudagraph_capture_size) are dropped, each with a warning."""
-    limit = sched.max_num_batched_tokens
+    limit = max_num_batched_tokens
     if cc.max_cudagraph_capture_size is not None:
         limit = min(limit, cc.max_cudagraph_capture_size)
     if cc.cudagraph_capture_sizes is None:
-        top = cc.max_cudagraph_capture_size or min(2 * sched.max_num_seqs, 512)
+        top = cc.max_cudagraph_capture_size or min(2 * max_num_seqs, 512)
         sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, top + 1, 16))
         return [s for s in sizes if s <= min(top, limit)]
     kept = []
@@ -165,7 +228,7 @@ def resolve_capture_sizes(cc: CompilationConfig, sched: SchedulerConfig) -> list
                 " max_cudagraph_capture_size=%s)",
                 s,
                 limit,
-                sched.max_num_batched_tokens,
+                max_num_batched_tokens,
                 cc.max_cudagraph_capture_size,
             )
         else:

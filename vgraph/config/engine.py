@@ -1,8 +1,9 @@
 """The engine's configs (model, cache, scheduler, parallel) and VGraphConfig, which holds them.
 
-Owns the user-facing knobs and their validation. "auto" values (dtype, max_model_len, device,
-attention backend, graph mode) are resolved by `VGraphConfig.create` before anything is frozen;
-no other module reads raw user input. The graph-mode settings live in compilation.py.
+Owns the user-facing knobs, their validation and the pure resolution helpers (device, dtype,
+model folder, max_model_len). Building a VGraphConfig from user arguments, which needs the
+attention backends and the default model, is vgraph/engine/arg_utils.py's job; this package
+imports nothing else from vgraph. The graph-mode settings live in compilation.py.
 """
 
 from __future__ import annotations
@@ -16,9 +17,7 @@ from typing import Any
 
 import torch
 
-from vgraph.compilation import piecewise_available
 from vgraph.config.compilation import CompilationConfig
-from vgraph.cudagraph.modes import CUDAGraphMode, resolve_cudagraph_mode
 
 logger = logging.getLogger(__name__)
 
@@ -127,103 +126,6 @@ class VGraphConfig:
     compilation_config: CompilationConfig
     device: torch.device
     attention_backend: str = "torch"
-
-    @staticmethod
-    def create(
-        model: str | None = None,
-        *,
-        dtype: str = "auto",
-        max_model_len: int | None = None,
-        load_format: str = "auto",
-        seed: int = 0,
-        tokenizer: str | None = None,
-        served_model_name: str | None = None,
-        device: str = "auto",
-        attention_backend: str = "auto",
-        block_size: int = 16,
-        gpu_memory_utilization: float = 0.9,
-        cpu_kv_cache_bytes: int = 1 << 30,
-        num_gpu_blocks_override: int | None = None,
-        max_num_seqs: int = 256,
-        max_num_batched_tokens: int | None = None,
-        compilation_config: CompilationConfig | dict[str, Any] | str | None = None,
-        enforce_eager: bool = False,
-    ) -> VGraphConfig:
-        """Resolve every "auto" and build the frozen config. Raises ValueError on bad input."""
-        if model is None:
-            from vgraph.models.default_model import ensure_default_model
-
-            model = ensure_default_model()
-        model = resolve_model_path(model)
-        hf_config = load_hf_config(model)
-        if load_format not in LOAD_FORMATS:
-            raise ValueError(
-                f"load_format={load_format!r} is not allowed; use one of {LOAD_FORMATS}"
-            )
-        dev = resolve_device(device)
-        torch_dtype = resolve_dtype(dtype, hf_config, dev)
-        model_max = derive_max_model_len(hf_config)
-        if max_model_len is None:
-            max_model_len = model_max
-        elif not 1 <= max_model_len <= model_max:
-            raise ValueError(
-                f"max_model_len={max_model_len} is not allowed; use 1..{model_max} "
-                f"(the model's max_position_embeddings)"
-            )
-        if max_num_batched_tokens is None:
-            max_num_batched_tokens = 8192
-        if seed < 0:
-            raise ValueError(f"seed={seed} must be >= 0")
-        model_config = ModelConfig(
-            model=model,
-            hf_config=hf_config,
-            dtype=torch_dtype,
-            max_model_len=max_model_len,
-            load_format=load_format,
-            seed=seed,
-            tokenizer=tokenizer,
-            served_model_name=served_model_name,
-        )
-        from vgraph.attention.selector import get_backend_cls, resolve_backend_name
-
-        scheduler_config = SchedulerConfig(
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_model_len=max_model_len,
-        )
-        backend = resolve_backend_name(attention_backend, dev, model_config.head_dim)
-        comp = CompilationConfig.parse(compilation_config)
-        if enforce_eager:
-            comp = dataclasses.replace(comp, enforce_eager=True, cudagraph_mode=None)
-        comp = comp.resolve(dev, scheduler_config)
-        comp = dataclasses.replace(
-            comp,
-            cudagraph_mode=resolve_cudagraph_mode(
-                comp.cudagraph_mode,
-                backend,
-                get_backend_cls(backend).cudagraph_support,
-                piecewise_available(comp),
-            ),
-        )
-        if comp.cudagraph_mode is not CUDAGraphMode.NONE and not comp.cudagraph_capture_sizes:
-            raise ValueError(
-                f"cudagraph_mode={comp.cudagraph_mode.name} needs at least one capture size, but "
-                f"none is left under max_num_batched_tokens={max_num_batched_tokens}"
-            )
-        return VGraphConfig(
-            model_config=model_config,
-            cache_config=CacheConfig(
-                block_size=block_size,
-                gpu_memory_utilization=gpu_memory_utilization,
-                cpu_kv_cache_bytes=cpu_kv_cache_bytes,
-                num_gpu_blocks_override=num_gpu_blocks_override,
-            ),
-            scheduler_config=scheduler_config,
-            parallel_config=ParallelConfig(),
-            compilation_config=comp,
-            device=dev,
-            attention_backend=backend,
-        )
 
     def replace(self, **changes: Any) -> VGraphConfig:
         return dataclasses.replace(self, **changes)

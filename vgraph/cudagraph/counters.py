@@ -1,18 +1,33 @@
-"""Graph-mode counters, read by the engine's stats (and /metrics): what each step really ran."""
+"""GraphStats: what each step really ran, counted by the model runner and sent to the frontend.
+
+A msgspec Struct, so it travels inside SchedulerStats as typed fields (no string keys to parse
+back by prefix); /metrics and the benchmarks read the fields. It imports no torch: the frontend
+decodes it.
+"""
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from vgraph.cudagraph.dispatcher import EagerReason
-from vgraph.cudagraph.modes import CUDAGraphMode
+import msgspec
+
+if TYPE_CHECKING:
+    from vgraph.config.modes import CUDAGraphMode
+    from vgraph.cudagraph.dispatcher import EagerReason
+
+RUNTIME_MODE_NAMES = ("NONE", "PIECEWISE", "FULL")
+EAGER_REASONS = ("above_max_size", "unsupported")  # EagerReason values (a test ties them)
 
 
-@dataclass
-class GraphCounters:
-    steps: Counter[str] = field(default_factory=Counter)  # runtime mode name -> steps
-    eager_fallbacks: Counter[str] = field(default_factory=Counter)  # EagerReason value -> steps
+def _zeros(names: tuple[str, ...]) -> dict[str, int]:
+    return dict.fromkeys(names, 0)
+
+
+class GraphStats(msgspec.Struct, array_like=True):
+    # steps per runtime mode name (NONE, PIECEWISE, FULL)
+    steps: dict[str, int] = msgspec.field(default_factory=lambda: _zeros(RUNTIME_MODE_NAMES))
+    # steps run eagerly although the mode has graphs, per EagerReason value
+    eager_fallbacks: dict[str, int] = msgspec.field(default_factory=lambda: _zeros(EAGER_REASONS))
     padded_tokens: int = 0  # pad tokens added to reach capture sizes, summed over steps
     num_graphs: int = 0
     capture_seconds: float = 0.0
@@ -26,15 +41,13 @@ class GraphCounters:
             self.eager_fallbacks[why_eager.value] += 1
         self.padded_tokens += num_padded
 
-    def as_dict(self) -> dict[str, float]:
-        out: dict[str, float] = {
-            f"steps_{m.name}": float(self.steps[m.name])
-            for m in (CUDAGraphMode.NONE, CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL)
-        }
-        for reason in EagerReason:
-            out[f"eager_fallback_{reason.value}"] = float(self.eager_fallbacks[reason.value])
-        out["padded_tokens"] = float(self.padded_tokens)
-        out["num_graphs"] = float(self.num_graphs)
-        out["capture_seconds"] = self.capture_seconds
-        out["graph_memory_bytes"] = float(self.graph_memory_bytes)
-        return out
+    def snapshot(self) -> GraphStats:
+        """A copy that later steps do not change (the in-process client shares objects)."""
+        return GraphStats(
+            dict(self.steps),
+            dict(self.eager_fallbacks),
+            self.padded_tokens,
+            self.num_graphs,
+            self.capture_seconds,
+            self.graph_memory_bytes,
+        )

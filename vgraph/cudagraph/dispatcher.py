@@ -11,8 +11,7 @@ import bisect
 import enum
 from typing import NamedTuple
 
-from vgraph.attention.backend import AttentionCGSupport
-from vgraph.cudagraph.modes import CUDAGraphMode
+from vgraph.config.modes import AttentionCGSupport, CUDAGraphMode
 
 
 class BatchDescriptor(NamedTuple):
@@ -31,7 +30,6 @@ class EagerReason(enum.Enum):
     """Why a step ran eagerly although the mode has graphs."""
 
     ABOVE_MAX_SIZE = "above_max_size"
-    CASCADE = "cascade"
     UNSUPPORTED = "unsupported"  # the mode (or backend) has no graph for this kind of step
 
 
@@ -44,6 +42,7 @@ class CudagraphDispatcher:
         max_num_reqs: int,
     ) -> None:
         self.mode = mode
+        self.max_num_reqs = max_num_reqs
         self.capture_sizes = sorted(capture_sizes)
         self.keys: dict[CUDAGraphMode, set[BatchDescriptor]] = {
             CUDAGraphMode.FULL: set(),
@@ -64,8 +63,15 @@ class CudagraphDispatcher:
         i = bisect.bisect_left(self.capture_sizes, num_tokens)
         return self.capture_sizes[i] if i < len(self.capture_sizes) else None
 
+    def num_reqs_padded(self, key: BatchDescriptor) -> int:
+        """Requests a graph of this key is captured with: a uniform key's own count, a relaxed
+        key's most requests its tokens can hold. The one rule for capture and replay: a FULL
+        replay pads the step's requests to it (the captured attention launch fixed the count);
+        PIECEWISE steps run attention eagerly with their real requests."""
+        return key.num_reqs or min(key.num_tokens, self.max_num_reqs)
+
     def dispatch(
-        self, num_tokens: int, uniform_decode: bool, use_cascade: bool = False
+        self, num_tokens: int, uniform_decode: bool
     ) -> tuple[CUDAGraphMode, BatchDescriptor | None, EagerReason | None]:
         """-> (runtime mode, key, why eager). FULL (exact key, then relaxed) > PIECEWISE > NONE."""
         if self.mode is CUDAGraphMode.NONE:
@@ -74,20 +80,15 @@ class CudagraphDispatcher:
         if padded is None:
             return CUDAGraphMode.NONE, None, EagerReason.ABOVE_MAX_SIZE
         relaxed = BatchDescriptor(padded)
-        if not use_cascade:
-            full = self.keys[CUDAGraphMode.FULL]
-            exact = BatchDescriptor(padded, padded, True) if uniform_decode else relaxed
-            if exact in full:
-                return CUDAGraphMode.FULL, exact, None
-            if relaxed in full:
-                return CUDAGraphMode.FULL, relaxed, None
+        full = self.keys[CUDAGraphMode.FULL]
+        exact = BatchDescriptor(padded, padded, True) if uniform_decode else relaxed
+        if exact in full:
+            return CUDAGraphMode.FULL, exact, None
+        if relaxed in full:
+            return CUDAGraphMode.FULL, relaxed, None
         if relaxed in self.keys[CUDAGraphMode.PIECEWISE]:
             return CUDAGraphMode.PIECEWISE, relaxed, None
-        return (
-            CUDAGraphMode.NONE,
-            None,
-            EagerReason.CASCADE if use_cascade else EagerReason.UNSUPPORTED,
-        )
+        return CUDAGraphMode.NONE, None, EagerReason.UNSUPPORTED
 
     def capture_keys(self) -> list[tuple[CUDAGraphMode, BatchDescriptor]]:
         """Every key to capture: FULL first, each mode largest first."""

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from vgraph.config.modes import CUDAGraphMode
 from vgraph.cudagraph.backends import GraphBackend
 from vgraph.cudagraph.dispatcher import BatchDescriptor
-from vgraph.cudagraph.modes import CUDAGraphMode
 from vgraph.forward_context import get_forward_context
 
 

@@ -110,8 +110,10 @@ class EngineCore:
             kv_cache_usage=s.kv.usage,
             num_preemptions=s.num_preemptions,
             num_steps=self.num_steps,
-            counters=self.runner.counters(),
+            graph_stats=self.runner.graph_stats.snapshot(),
         )
 
     def shutdown(self) -> None:
-        pass
+        """Release the device memory the core holds (graphs, KV cache, weights) now, not when
+        the last reference goes: an in-process engine may share its process with the next."""
+        self.runner.release()

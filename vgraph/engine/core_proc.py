@@ -23,10 +23,14 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import zmq
+
+if TYPE_CHECKING:
+    from vgraph.config import VGraphConfig
+    from vgraph.engine.core import EngineCore
 
 from vgraph.engine.protocol import (
     EngineCoreFailure,
@@ -68,7 +72,7 @@ class EngineCoreProc:
 
     def __init__(
         self,
-        core: Any,
+        core: EngineCore,
         input_socket: zmq.Socket,
         output_socket: zmq.Socket,
         parent_pid: int | None = None,
@@ -202,7 +206,7 @@ def _raise_system_exit(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
-def run_engine_core(config: Any, addresses: list[str], parent_pid: int) -> None:
+def run_engine_core(config: VGraphConfig, addresses: list[str], parent_pid: int) -> None:
     """Entry point of the spawned process. config: VGraphConfig; addresses: handshake/in/out."""
     # Ctrl-C reaches the whole process group: the frontend decides when the core stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

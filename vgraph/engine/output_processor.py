@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgraph.engine.detokenizer import IncrementalDetokenizer
-from vgraph.engine.protocol import EngineCoreOutput, TokenLogprobs
-from vgraph.outputs import CompletionOutput, Logprob, RequestOutput
+from vgraph.engine.protocol import EngineCoreOutput
+from vgraph.outputs import CompletionOutput, Logprob, RequestOutput, TokenLogprobs
 from vgraph.sampling_params import SamplingParams
 
 

@@ -9,6 +9,8 @@ import enum
 
 import msgspec
 
+from vgraph.cudagraph.counters import GraphStats
+from vgraph.outputs import TokenLogprobs
 from vgraph.sampling_params import SamplingParams
 
 
@@ -18,12 +20,6 @@ class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True):
     sampling_params: SamplingParams
     eos_token_ids: list[int]
     arrival_time: float = 0.0
-
-
-class TokenLogprobs(msgspec.Struct, array_like=True):
-    token_ids: list[int]  # the sampled token first, then the top-n
-    logprobs: list[float]
-    rank: int  # rank of the sampled token (1 = most likely)
 
 
 class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -45,7 +41,7 @@ class SchedulerStats(msgspec.Struct, array_like=True, omit_defaults=True):
     kv_cache_usage: float = 0.0
     num_preemptions: int = 0
     num_steps: int = 0
-    counters: dict[str, float] = {}  # graph-mode counters: steps per runtime mode, padding, ...
+    graph_stats: GraphStats = msgspec.field(default_factory=GraphStats)  # what steps replayed
 
 
 class EngineCoreOutputs(msgspec.Struct, array_like=True, omit_defaults=True):

@@ -16,7 +16,10 @@ import logging
 import os
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from vgraph.config import VGraphConfig
 
 BENCH_SUBCOMMANDS: dict[str, str] = {
     "serve": "vgraph.bench.serve",
@@ -163,12 +166,13 @@ def make_parser(argv: list[str]) -> argparse.ArgumentParser:
     return parser
 
 
-def build_config(args: argparse.Namespace) -> Any:
+def build_config(args: argparse.Namespace) -> VGraphConfig:
     """Parse --compilation-config first (no model touched), then resolve the whole config."""
-    from vgraph.config import CompilationConfig, VGraphConfig
+    from vgraph.config import CompilationConfig
+    from vgraph.engine.arg_utils import create_engine_config
 
     compilation = CompilationConfig.parse(args.compilation_config)
-    return VGraphConfig.create(
+    return create_engine_config(
         args.model,
         dtype=args.dtype,
         max_model_len=args.max_model_len,

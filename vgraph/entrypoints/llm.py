@@ -8,7 +8,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from vgraph.config import VGraphConfig
+from vgraph.engine.arg_utils import create_engine_config
 from vgraph.engine.input_processor import PromptType
 from vgraph.engine.llm_engine import LLMEngine
 from vgraph.outputs import RequestOutput
@@ -20,7 +20,7 @@ Message = dict[str, str]
 class LLM:
     """An engine for offline generation. `LLM()` loads the built-in default model.
 
-    Keyword arguments are those of VGraphConfig.create (dtype, max_model_len, load_format,
+    Keyword arguments are those of create_engine_config (dtype, max_model_len, load_format,
     attention_backend, block_size, max_num_seqs, max_num_batched_tokens, ...). The engine core
     runs in its own process unless multiprocess=False (or VGRAPH_ENABLE_MULTIPROCESSING=0).
     """
@@ -28,7 +28,7 @@ class LLM:
     def __init__(
         self, model: str | None = None, multiprocess: bool | None = None, **kwargs: Any
     ) -> None:
-        self.config = VGraphConfig.create(model, **kwargs)
+        self.config = create_engine_config(model, **kwargs)
         self.engine = LLMEngine(self.config, multiprocess=multiprocess)
         self._ids = itertools.count()
 

@@ -1,15 +1,15 @@
-"""Model runner: load, allocate the KV cache, execute one step. An orchestrator of the parts.
-
-execute_model() stages:
-  1. prepare_inputs: SchedulerOutput -> persistent buffers -> CommonAttentionMetadata
-  2. dispatch: runtime mode (FULL / PIECEWISE / NONE) and padded BatchDescriptor for the step
+"""Model runner: load, allocate the KV cache, capture graphs, execute one step. An orchestrator
+of the parts: each stage is one method, called in this order by execute_model():
+  1. dispatch: runtime mode (FULL / PIECEWISE / NONE), graph key, padded token and request counts
+  2. prepare_inputs: SchedulerOutput -> persistent buffers (padded) -> CommonAttentionMetadata
   3. execute_forward: the model (or its graph replay) under a ForwardContext
   4. sample: logits of each request's last token -> Sampler, on the device
-  5. one device-to-host copy of the sampled ids (and logprobs) -> ModelRunnerOutput
+  5. to_host: one device-to-host copy of the sampled ids (and logprobs) -> ModelRunnerOutput
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -21,16 +21,16 @@ from tqdm import tqdm
 from vgraph.attention.backend import AttentionBackend, CommonAttentionMetadata
 from vgraph.attention.selector import get_backend_cls
 from vgraph.config import VGraphConfig
+from vgraph.config.modes import CUDAGraphMode
 from vgraph.core.scheduler import SchedulerOutput
 from vgraph.cudagraph.backends import make_graph_backend
-from vgraph.cudagraph.counters import GraphCounters
+from vgraph.cudagraph.counters import GraphStats
 from vgraph.cudagraph.dispatcher import BatchDescriptor, CudagraphDispatcher
-from vgraph.cudagraph.modes import CUDAGraphMode
 from vgraph.cudagraph.wrapper import CUDAGraphWrapper
-from vgraph.engine.protocol import TokenLogprobs
 from vgraph.forward_context import ForwardContext, set_forward_context
 from vgraph.layers.attention import Attention
 from vgraph.models.loader import load_model
+from vgraph.outputs import TokenLogprobs
 from vgraph.sample.sampler import Sampler, SamplerOutput
 from vgraph.utils import cdiv
 from vgraph.worker.input_batch import InputBuffers, StepInputs
@@ -56,7 +56,7 @@ class ModelRunner:
         self.max_num_tokens = sc.max_num_batched_tokens
         self.max_num_reqs = sc.max_num_seqs
         self.max_blocks_per_req = cdiv(sc.max_model_len, cc.block_size)
-        self.backend: type[AttentionBackend] = get_backend_cls(config.attention_backend)
+        self.attention_backend: type[AttentionBackend] = get_backend_cls(config.attention_backend)
         self.buffers = InputBuffers(
             self.max_num_tokens,
             self.max_num_reqs,
@@ -69,11 +69,11 @@ class ModelRunner:
         self.dispatcher = CudagraphDispatcher(
             self.cudagraph_mode,
             comp.cudagraph_capture_sizes or (),
-            self.backend.cudagraph_support,
+            self.attention_backend.cudagraph_support,
             self.max_num_reqs,
         )
         self.graph_backend = make_graph_backend(self.device)
-        self.counters_ = GraphCounters()
+        self.graph_stats = GraphStats()
         self.sampler = Sampler()
         self.generators: dict[str, torch.Generator] = {}
         self.model: torch.nn.Module | None = None
@@ -94,7 +94,7 @@ class ModelRunner:
         self.model_bytes = loaded.allocated - self.memory_before_load.allocated
         for module in self.model.modules():
             if isinstance(module, Attention):
-                module.impl = self.backend.impl_cls(
+                module.impl = self.attention_backend.impl_cls(
                     module.num_heads, module.num_kv_heads, module.head_dim, module.scale
                 )
                 self.attn_layers[module.layer_name] = module
@@ -137,7 +137,7 @@ class ModelRunner:
                 "cpu_kv_cache_bytes or lower max_num_batched_tokens (on CUDA the cache is also "
                 "capped at the memory the device has free)"
             )
-        shape = self.backend.kv_cache_shape(
+        shape = self.attention_backend.kv_cache_shape(
             num_blocks + 1, self.block_size, mc.num_kv_heads, mc.head_dim
         )  # one spare block: the write target of pad tokens for backends that need one
         for name in self.attn_layers:
@@ -177,6 +177,15 @@ class ModelRunner:
             activations,
         )
 
+    def release(self) -> None:
+        """Drop the graphs, KV cache and weights; the runner can't execute afterwards."""
+        self.model_fn = self.model = None
+        self.kv_caches.clear()
+        self.attn_layers.clear()
+        gc.collect()  # graph wrappers and compiled pieces hold cycles
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
     # ---- one step ---------------------------------------------------------------------------
     @torch.inference_mode()
     def execute_model(self, sched: SchedulerOutput) -> ModelRunnerOutput:
@@ -194,12 +203,9 @@ class ModelRunner:
         """-> (runtime mode, graph key, padded token count, padded request count)."""
         num_tokens = sched.total_num_scheduled_tokens
         mode, key, why = self.dispatcher.dispatch(num_tokens, sched.is_uniform_decode)
-        t_pad = r_pad = None
-        if key is not None:
-            t_pad = key.num_tokens
-            if mode is CUDAGraphMode.FULL:  # the graph's attention launch fixed the request count
-                r_pad = key.num_reqs or min(key.num_tokens, self.max_num_reqs)
-        self.counters_.record_step(mode, why, (t_pad or num_tokens) - num_tokens)
+        t_pad = None if key is None else key.num_tokens
+        r_pad = self.dispatcher.num_reqs_padded(key) if mode is CUDAGraphMode.FULL else None
+        self.graph_stats.record_step(mode, why, (t_pad or num_tokens) - num_tokens)
         return mode, key, t_pad, r_pad
 
     def prepare_inputs(
@@ -296,13 +302,12 @@ class ModelRunner:
             return
         t0, mem0 = time.perf_counter(), self.graph_backend.memory_in_use()
         for mode, key in tqdm(keys, desc="Capturing graphs", unit="graph"):
-            num_reqs = key.num_reqs or min(key.num_tokens, self.max_num_reqs)
-            step = self.buffers.prepare_dummy(key.num_tokens, num_reqs)
+            step = self.buffers.prepare_dummy(key.num_tokens, self.dispatcher.num_reqs_padded(key))
             common = self.build_common_metadata(step, for_capture=mode is CUDAGraphMode.FULL)
             for _ in range(self.compilation_config.cudagraph_num_of_warmups):
                 self.execute_forward(step, common)
             self.execute_forward(step, common, mode, key, capturing=True)
-        c = self.counters_
+        c = self.graph_stats
         c.num_graphs = len(keys)
         c.capture_seconds = time.perf_counter() - t0
         c.graph_memory_bytes = max(self.graph_backend.memory_in_use() - mem0, 0)
@@ -313,6 +318,3 @@ class ModelRunner:
             c.capture_seconds,
             c.graph_memory_bytes / 2**30,
         )
-
-    def counters(self) -> dict[str, float]:
-        return self.counters_.as_dict()

@@ -1,17 +1,16 @@
 """Prometheus metrics for `vgraph serve` (GET /metrics), all under the `vgraph:` prefix.
 
 A StatLogger for AsyncLLM: frontend-side counters and histograms are updated per batch of engine
-outputs; the engine core's SchedulerStats (running/waiting requests, KV cache usage and the graph
-counters of `SchedulerStats.counters`) are read at scrape time by a custom collector, so a scrape
-always shows the latest values. Each instance has its own registry (no global state). Counter keys:
-`steps_<MODE>` -> vgraph:cudagraph_steps_total{mode}, `eager_fallback_<why>` ->
-vgraph:eager_fallback_steps_total{reason}, `padded_tokens` -> vgraph:padded_tokens_total, any
-other key K -> gauge vgraph:K (characters outside [a-zA-Z0-9_] become _).
+outputs; the engine core's SchedulerStats (running/waiting requests, KV cache usage and its
+GraphStats) are read at scrape time by a custom collector, so a scrape always shows the latest
+values. Each instance has its own registry (no global state). GraphStats fields: steps ->
+vgraph:cudagraph_steps_total{mode}, eager_fallbacks -> vgraph:eager_fallback_steps_total{reason},
+padded_tokens -> vgraph:padded_tokens_total; num_graphs, capture_seconds and graph_memory_bytes
+-> gauges of those names.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 from prometheus_client import (
@@ -24,6 +23,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from vgraph.cudagraph.counters import GraphStats
 from vgraph.engine.async_llm import IterationStats
 from vgraph.engine.protocol import SchedulerStats
 
@@ -189,41 +189,30 @@ class _SchedulerCollector(Collector):
             c = CounterMetricFamily(f"vgraph:{name}", doc, labels=["model_name"])
             c.add_metric([m], value)
             yield c
-        yield from counter_metrics(s.counters, m)
+        yield from graph_metrics(s.graph_stats, m)
 
 
-def counter_metrics(counters: dict[str, float], model_name: str) -> Iterator[Metric]:
-    """SchedulerStats.counters (graph-mode work) -> metric families, by the rules above."""
-    steps = CounterMetricFamily(
-        "vgraph:cudagraph_steps",
-        "Engine steps per cudagraph runtime mode.",
-        labels=["model_name", "mode"],
+def graph_metrics(g: GraphStats, model_name: str) -> Iterator[Metric]:
+    """SchedulerStats.graph_stats (graph-mode work) -> metric families."""
+    families = (
+        ("cudagraph_steps", "Engine steps per cudagraph runtime mode.", "mode", g.steps),
+        ("eager_fallback_steps", "Steps run eagerly, by reason.", "reason", g.eager_fallbacks),
     )
-    fallback = CounterMetricFamily(
-        "vgraph:eager_fallback_steps",
-        "Steps run eagerly, by reason.",
-        labels=["model_name", "reason"],
+    for name, doc, label, counts in families:
+        c = CounterMetricFamily(f"vgraph:{name}", doc, labels=["model_name", label])
+        for key, value in sorted(counts.items()):
+            c.add_metric([model_name, key], value)
+        yield c
+    c = CounterMetricFamily(
+        "vgraph:padded_tokens", "Pad tokens added to reach a capture size.", labels=["model_name"]
     )
-    for key, value in sorted(counters.items()):
-        if key.startswith("steps_"):
-            steps.add_metric([model_name, key[len("steps_") :]], value)
-        elif key.startswith("eager_fallback_"):
-            fallback.add_metric([model_name, key[len("eager_fallback_") :]], value)
-        elif key == "padded_tokens":
-            c = CounterMetricFamily(
-                "vgraph:padded_tokens",
-                "Pad tokens added to reach a capture size.",
-                labels=["model_name"],
-            )
-            c.add_metric([model_name], value)
-            yield c
-        else:
-            g = GaugeMetricFamily(
-                "vgraph:" + re.sub(r"[^a-zA-Z0-9_]", "_", key),
-                f"Engine counter {key!r}.",
-                labels=["model_name"],
-            )
-            g.add_metric([model_name], value)
-            yield g
-    yield steps
-    yield fallback
+    c.add_metric([model_name], g.padded_tokens)
+    yield c
+    for name, doc, value in (
+        ("num_graphs", "Graphs captured at start-up.", g.num_graphs),
+        ("capture_seconds", "Seconds spent capturing graphs.", g.capture_seconds),
+        ("graph_memory_bytes", "Device memory the captured graphs took.", g.graph_memory_bytes),
+    ):
+        gauge = GaugeMetricFamily(f"vgraph:{name}", doc, labels=["model_name"])
+        gauge.add_metric([model_name], value)
+        yield gauge

@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -41,6 +41,9 @@ from vgraph.entrypoints.openai.protocol import (
 )
 from vgraph.entrypoints.openai.serving_chat import OpenAIServingChat
 from vgraph.entrypoints.openai.serving_completion import OpenAIServingCompletion
+
+if TYPE_CHECKING:
+    from vgraph.config import VGraphConfig
 
 logger = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
@@ -244,7 +247,7 @@ async def _wait_for_disconnect(request: Request) -> None:
         pass
 
 
-def run_server(args: argparse.Namespace, config: Any) -> int:
+def run_server(args: argparse.Namespace, config: VGraphConfig) -> int:
     """Start the engine core, then serve until SIGINT/SIGTERM; returns the exit code."""
     import uvicorn
 
