@@ -191,7 +191,7 @@ class MPClientBase:
         if kind[0] == EngineCoreOutputType.READY:
             return READY_DECODER.decode(payload)
         fail = FAILURE_DECODER.decode(payload)
-        if fail.error_type == "ValueError":  # a user's mistake: keep its type and words
+        if fail.user_error:  # a user's mistake (a bad flag or model): keep its type and words
             raise ValueError(fail.message)
         raise RuntimeError(f"engine core failed to start: {fail.error_type}: {fail.message}")
 
