@@ -31,7 +31,7 @@ class OpenAIServingChat(OpenAIServing):
     ) -> dict[str, Any] | AsyncIterator[str]:
         """The response body, or (stream=true) an iterator of SSE events. Raises APIError."""
         self.check_request(req)
-        text, ids = self.tokenize(self.render(req), "messages")
+        text, ids = self.prepare_prompt(self.render(req), "messages")
         top_n = (req.top_logprobs or 0) if req.logprobs else None
         params = self.sampling_params(
             req, req.max_completion_tokens or req.max_tokens, len(ids), None, top_n

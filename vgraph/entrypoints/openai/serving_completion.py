@@ -34,7 +34,7 @@ class OpenAIServingCompletion(OpenAIServing):
         """The response body, or (stream=true) an iterator of SSE events. Raises APIError."""
         self.check_request(req)
         prompts = prompt_list(req.prompt)
-        tokenized = [self.tokenize(p, "prompt") for p in prompts]
+        tokenized = [self.prepare_prompt(p, "prompt") for p in prompts]
         params = [
             self.sampling_params(req, req.max_tokens, len(ids), DEFAULT_MAX_TOKENS, req.logprobs)
             for _, ids in tokenized

@@ -73,9 +73,11 @@ class OpenAIServing:
         if self.engine.is_dead:
             raise APIError(f"the engine is dead: {self.engine.dead_error}", 503, code="engine_dead")
 
-    def tokenize(self, prompt: PromptType, param: str) -> tuple[str | None, list[int]]:
+    def prepare_prompt(self, prompt: PromptType, param: str) -> tuple[str | None, list[int]]:
+        """(text or None, token ids) of a prompt that leaves room to generate; a user's mistake
+        is an APIError (400) naming the request's field `param`."""
         try:
-            text, ids = self.engine.tokenize(prompt)
+            text, ids = self.engine.processor.process_prompt(prompt)
         except ValueError as e:
             raise APIError(str(e), param=param) from None
         if len(ids) >= self.max_model_len:
