@@ -24,8 +24,8 @@ from vgraph import LLM, SamplingParams
 from vgraph.cudagraph.counters import GraphStats
 from vgraph.engine.arg_utils import create_engine_config
 from vgraph.engine.async_llm import AsyncLLM
-from vgraph.engine.client import EngineDeadError, InprocClient, MPClient
-from vgraph.engine.core_proc import ENCODER, EngineCoreProc
+from vgraph.engine.client import FAILURE_DECODER, EngineDeadError, InprocClient, MPClient
+from vgraph.engine.core_proc import ENCODER, EngineCoreProc, failure
 from vgraph.engine.protocol import (
     EngineCoreOutput,
     EngineCoreOutputs,
@@ -122,6 +122,18 @@ def test_bad_request_ends_only_itself(mp_llm: LLM) -> None:
 def test_startup_error_is_raised_with_its_message(model_dir: str) -> None:
     with pytest.raises(ValueError, match="no memory is left for the KV cache"):
         LLM(model_dir, max_model_len=256, cpu_kv_cache_bytes=1)
+
+
+def test_failure_says_whether_it_was_the_users_mistake() -> None:
+    class BadFlagError(ValueError):  # a typed user error counts, whatever its class is named
+        pass
+
+    cases = [(BadFlagError("b"), True), (ValueError("v"), True), (RuntimeError("r"), False)]
+    cases.append((KeyError("k"), False))
+    for error, user_error in cases:
+        fail = FAILURE_DECODER.decode(ENCODER.encode(failure(error)))
+        assert fail.user_error is user_error, error
+        assert fail.error_type == type(error).__name__ and fail.message == str(error)
 
 
 def test_engine_death_raises_engine_dead_error(model_dir: str) -> None:

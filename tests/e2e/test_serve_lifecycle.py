@@ -25,6 +25,7 @@ from tests.e2e.serve_utils import (
     wait_until,
 )
 from tests.e2e.test_serve_openai import metric
+from vgraph.attention.selector import backend_names
 
 ISSUE_FLAGS = [
     "--compilation-config",
@@ -60,11 +61,16 @@ def test_serve_help_documents_every_flag() -> None:
     for flag in ISSUE_FLAGS:
         assert flag in out.stdout, flag
     assert "VGRAPH_API_KEY" in out.stdout and "127.0.0.1" in out.stdout
+    # the attention backends offered are exactly those the selector knows
+    assert f"auto or one of {', '.join(backend_names())} " in " ".join(out.stdout.split())
 
 
 def test_top_level_help_does_not_import_torch() -> None:
     """`import vgraph` is light: its public names load on first use."""
-    code = "import sys, vgraph.entrypoints.cli; print('torch' in sys.modules)"
+    code = (
+        "import sys, vgraph.entrypoints.cli as cli; cli.make_parser(['serve']); "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
     code = "import vgraph; print(vgraph.SamplingParams.__name__, vgraph.LLM.__module__)"

@@ -233,6 +233,38 @@ def test_chat_logprobs(client: openai.OpenAI, server) -> None:
         assert t.logprob == pytest.approx(t.top_logprobs[0].logprob, abs=1e-5)
 
 
+def test_streamed_logprobs_and_usage_equal_the_whole(client: openai.OpenAI, server) -> None:
+    """Streamed chunks carry the logprobs of their own tokens (completions: text offsets run on
+    across chunks) and, with continuous_usage_stats, the usage so far."""
+    kw = {"model": server.model_name, "max_tokens": 6, "temperature": 0}
+    usage_opts = {"include_usage": True, "continuous_usage_stats": True}
+    whole = client.completions.create(prompt=[PROMPT, "Hello"], logprobs=2, **kw)
+    chunks = list(
+        client.completions.create(
+            prompt=[PROMPT, "Hello"], logprobs=2, stream=True, stream_options=usage_opts, **kw
+        )
+    )
+    for choice in whole.choices:
+        parts = [c.choices[0] for c in chunks if c.choices and c.choices[0].index == choice.index]
+        tokens = [t for p in parts for t in p.logprobs.tokens]
+        offsets = [o for p in parts for o in p.logprobs.text_offset]
+        assert tokens == choice.logprobs.tokens and offsets == choice.logprobs.text_offset
+        assert [v for p in parts for v in p.logprobs.token_logprobs] == pytest.approx(
+            choice.logprobs.token_logprobs, abs=1e-4
+        )
+    running = [c.usage.completion_tokens for c in chunks if c.choices]
+    assert running == sorted(running) and running[-1] == whole.usage.completion_tokens == 12
+    assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens == whole.usage.total_tokens
+
+    chat_kw = {**kw, "messages": MESSAGES, "logprobs": True, "top_logprobs": 2}
+    whole_chat = client.chat.completions.create(**chat_kw).choices[0].logprobs.content
+    streamed = list(client.chat.completions.create(stream=True, **chat_kw))
+    assert streamed[0].choices[0].logprobs is None  # the role chunk
+    content = [t for c in streamed[1:] for t in c.choices[0].logprobs.content]
+    assert [t.token for t in content] == [t.token for t in whole_chat]
+    assert [t.logprob for t in content] == pytest.approx([t.logprob for t in whole_chat], abs=1e-4)
+
+
 def test_disconnect_aborts_and_frees_blocks(server: ServerProcess) -> None:
     before = metric(server, "generation_tokens_total")
     body = {"prompt": PROMPT, "max_tokens": 240, "stream": True, "ignore_eos": True}

@@ -1,13 +1,19 @@
-"""Attention backend registry: names users may pass and the default per device."""
+"""Attention backend registry: names users may pass and the default per device.
+
+Importing it loads no torch (`vgraph --help` lists backend_names()); a backend's module loads
+when it is resolved.
+"""
 
 from __future__ import annotations
 
 import importlib
 import logging
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-from vgraph.attention.backend import AttentionBackend
+    from vgraph.attention.backend import AttentionBackend
 
 logger = logging.getLogger(__name__)
 

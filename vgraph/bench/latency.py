@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from vgraph.attention.selector import backend_names
 from vgraph.core.scheduler import SchedulerOutput
 from vgraph.engine.arg_utils import create_engine_config
 from vgraph.engine.core import EngineCore
@@ -43,7 +44,9 @@ def add_cli_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--model", default="SmolLM2-135M", help="folder or shipped config name")
     p.add_argument("--load-format", default="dummy", choices=["auto", "safetensors", "dummy"])
     p.add_argument("--dtype", default="auto")
-    p.add_argument("--attention-backend", default="auto")
+    p.add_argument(
+        "--attention-backend", default="auto", help=f"auto or one of {', '.join(backend_names())}"
+    )
     p.add_argument("--modes", nargs="+", default=ALL_MODES, help="cudagraph modes to compare")
     p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 32, 128])
     p.add_argument("--context-len", type=int, default=128, help="prefilled tokens per request")

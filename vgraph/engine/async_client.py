@@ -15,16 +15,11 @@ from typing import Any
 import zmq.asyncio
 
 from vgraph.config import VGraphConfig
-from vgraph.engine.client import (
-    OUTPUTS_DECODER,
-    UTILITY_DECODER,
-    EngineDeadError,
-    MPClientBase,
-)
+from vgraph.engine.client import EngineDeadError, MPClientBase
 from vgraph.engine.protocol import (
     EngineCoreOutputs,
-    EngineCoreOutputType,
     EngineCoreRequestType,
+    UtilityOutput,
     UtilityRequest,
 )
 
@@ -70,22 +65,20 @@ class AsyncMPClient(MPClientBase):
     async def _read_outputs(self) -> None:
         try:
             while True:
-                kind, payload = await self.output_socket.recv_multipart()
-                if kind[0] == EngineCoreOutputType.OUTPUTS:
-                    self.queue.put_nowait(OUTPUTS_DECODER.decode(payload))
-                elif kind[0] == EngineCoreOutputType.UTILITY:
-                    out = UTILITY_DECODER.decode(payload)
-                    fut = self.utility_futures.pop(out.call_id, None)
+                message = self.decode_output(await self.output_socket.recv_multipart())
+                if isinstance(message, EngineCoreOutputs):
+                    self.queue.put_nowait(message)
+                elif isinstance(message, UtilityOutput):
+                    fut = self.utility_futures.pop(message.call_id, None)
                     if fut is not None and not fut.done():
-                        if out.error is not None:
-                            fut.set_exception(RuntimeError(out.error))
+                        if message.error is not None:
+                            fut.set_exception(RuntimeError(message.error))
                         else:
-                            fut.set_result(out.result)
-                elif kind[0] == EngineCoreOutputType.DEAD:
-                    self._set_dead(self.death_error(payload))
-                    return
+                            fut.set_result(message.result)
         except asyncio.CancelledError:
             raise
+        except EngineDeadError as e:  # a DEAD message, with the core's reason
+            self._set_dead(e)
         except Exception as e:  # noqa: BLE001 - a broken socket means a lost engine
             self._set_dead(EngineDeadError(f"engine core output stream failed: {e}"))
 

@@ -24,12 +24,12 @@ from typing import Any, Protocol
 from vgraph.config import VGraphConfig
 from vgraph.engine.async_client import AsyncMPClient
 from vgraph.engine.client import EngineDeadError
-from vgraph.engine.input_processor import InputProcessor, PromptType
-from vgraph.engine.output_processor import OutputKind, OutputProcessor
+from vgraph.engine.frontend import FrontendBase
+from vgraph.engine.input_processor import PromptType
+from vgraph.engine.output_processor import OutputKind
 from vgraph.engine.protocol import SchedulerStats
 from vgraph.outputs import RequestOutput
 from vgraph.sampling_params import SamplingParams
-from vgraph.tokenizer import eos_token_ids, load_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -58,14 +58,13 @@ class RequestTimes:
     last_token: float = 0.0
 
 
-class AsyncLLM:
+class AsyncLLM(FrontendBase):
+    """Set-up, submit and abort are FrontendBase's (shared with LLMEngine); this class adds the
+    per-request queues and the output handler task."""
+
     def __init__(self, config: VGraphConfig, client: AsyncMPClient | None = None) -> None:
-        self.config = config
-        self.tokenizer = load_tokenizer(config.model_config)
-        eos = eos_token_ids(config.model_config, self.tokenizer)
-        self.processor = InputProcessor(config.model_config, self.tokenizer, eos)
-        self.output_processor = OutputProcessor(self.tokenizer)
-        self.client = client or AsyncMPClient(config)
+        super().__init__(config)
+        self.client: AsyncMPClient = client or AsyncMPClient(config)
         self.queues: dict[str, asyncio.Queue[RequestOutput | BaseException]] = {}
         self.times: dict[str, RequestTimes] = {}
         self.output_handler: asyncio.Task[None] | None = None
@@ -84,42 +83,31 @@ class AsyncLLM:
         assert self.dead_error is not None
         return self.dead_error
 
-    def tokenize(self, prompt: PromptType) -> tuple[str | None, list[int]]:
-        """(text or None, token ids), validated; raises ValueError on bad input."""
-        return self.processor.tokenize(prompt)
-
     async def generate(
         self, prompt: PromptType, params: SamplingParams, request_id: str
     ) -> AsyncIterator[RequestOutput]:
-        text, ids = self.tokenize(prompt)
+        text, ids = self.processor.process_prompt(prompt)
         async for out in self.generate_tokenized(text, ids, params, request_id):
             yield out
 
     async def generate_tokenized(
         self, text: str | None, ids: list[int], params: SamplingParams, request_id: str
     ) -> AsyncIterator[RequestOutput]:
-        """Delta RequestOutputs of one validated prompt; the last one has finished=True."""
+        """Delta RequestOutputs of a prompt validated by processor.process_prompt(); the last
+        one has finished=True."""
         if self.dead_error is not None:
             raise self.dead_error
+        # the queue outlives the request in the output processor until the caller has the end
         if request_id in self.queues:
             raise ValueError(f"request_id={request_id!r} is already in use")
         self.start_output_handler()
-        requests = self.processor.make_requests(request_id, ids, params)
         queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
-        self.output_processor.add_request(
-            request_id,
-            text,
-            ids,
-            [r.request_id for r in requests],
-            [r.sampling_params for r in requests],
-            OutputKind.DELTA,
-        )
         self.queues[request_id] = queue
-        self.times[request_id] = RequestTimes(time.monotonic(), len(ids) * len(requests))
         finished = False
         try:
-            for r in requests:
-                self.client.add_request(r)
+            requests = self.submit(request_id, text, ids, params, OutputKind.DELTA)
+            num_prompt_tokens = len(ids) * len(requests)
+            self.times[request_id] = RequestTimes(requests[0].arrival_time, num_prompt_tokens)
             while not finished:
                 item = await queue.get()
                 if isinstance(item, BaseException):
@@ -133,10 +121,8 @@ class AsyncLLM:
                 self.abort(request_id)
 
     def abort(self, request_id: str) -> None:
-        children = self.output_processor.child_ids(request_id)
-        self.output_processor.abort(request_id)
         try:
-            self.client.abort_requests(children)
+            self.abort_parent(request_id)
         except EngineDeadError:
             pass
 

@@ -191,7 +191,7 @@ class MPClientBase:
         if kind[0] == EngineCoreOutputType.READY:
             return READY_DECODER.decode(payload)
         fail = FAILURE_DECODER.decode(payload)
-        if fail.error_type == "ValueError":  # a user's mistake: keep its type and words
+        if fail.user_error:  # a user's mistake (a bad flag or model): keep its type and words
             raise ValueError(fail.message)
         raise RuntimeError(f"engine core failed to start: {fail.error_type}: {fail.message}")
 
@@ -221,6 +221,18 @@ class MPClientBase:
             msg = f"engine core process died (exit code {self.proc.exitcode})"
         self.dead_error = self.dead_error or EngineDeadError(msg)
         return self.dead_error
+
+    def decode_output(self, frames: list[bytes]) -> EngineCoreOutputs | UtilityOutput | None:
+        """One message from the output socket: a step's outputs or a utility reply (None for a
+        type this frontend does not know). A DEAD message raises EngineDeadError with its reason."""
+        kind, payload = frames
+        if kind[0] == EngineCoreOutputType.OUTPUTS:
+            return OUTPUTS_DECODER.decode(payload)
+        if kind[0] == EngineCoreOutputType.UTILITY:
+            return UTILITY_DECODER.decode(payload)
+        if kind[0] == EngineCoreOutputType.DEAD:
+            raise self.death_error(payload)
+        return None
 
     def shutdown(self) -> None:
         self._finalizer()
@@ -258,11 +270,8 @@ class MPClient(MPClientBase, EngineCoreClient):
         # only the sentinel: the process is gone (unless its last words are still in flight)
         if self.output_socket not in events and not self.output_socket.poll(100):
             raise self.death_error()
-        kind, payload = self.output_socket.recv_multipart()
-        if kind[0] == EngineCoreOutputType.OUTPUTS:
-            self.pending.append(OUTPUTS_DECODER.decode(payload))
-        elif kind[0] == EngineCoreOutputType.UTILITY:
-            return UTILITY_DECODER.decode(payload)
-        elif kind[0] == EngineCoreOutputType.DEAD:
-            raise self.death_error(payload)
-        return None
+        message = self.decode_output(self.output_socket.recv_multipart())
+        if isinstance(message, EngineCoreOutputs):
+            self.pending.append(message)
+            return None
+        return message

@@ -199,7 +199,9 @@ def request_id_of(payload: bytes) -> str | None:
 
 
 def failure(e: BaseException) -> EngineCoreFailure:
-    return EngineCoreFailure(type(e).__name__, str(e), traceback.format_exc())
+    """A user's mistake is a ValueError (a bad flag or model); anything else is the engine's."""
+    user_error = isinstance(e, ValueError)
+    return EngineCoreFailure(type(e).__name__, str(e), traceback.format_exc(), user_error)
 
 
 def _raise_system_exit(signum: int, frame: object) -> None:

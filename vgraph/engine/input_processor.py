@@ -24,8 +24,10 @@ class InputProcessor:
         self.tokenizer = tokenizer
         self.eos_token_ids = eos_token_ids
 
-    def tokenize(self, prompt: PromptType) -> tuple[str | None, list[int]]:
-        """Returns (prompt text or None, prompt token ids), validated."""
+    def process_prompt(self, prompt: PromptType) -> tuple[str | None, list[int]]:
+        """Validate a prompt (text or token ids) and tokenize text: (text or None, token ids).
+
+        Raises ValueError for a user's mistake; nothing is queued anywhere."""
         mc = self.model_config
         if isinstance(prompt, str):
             if not prompt:

@@ -1,17 +1,21 @@
-"""LLMEngine: the synchronous frontend (offline API): processor -> core client -> outputs."""
+"""LLMEngine: the synchronous frontend (offline API): processor -> core client -> outputs.
+
+Set-up, submit and abort are FrontendBase's (shared with AsyncLLM); this class adds the blocking
+step(): read one step's outputs from the core, turn them into RequestOutputs.
+"""
 
 from __future__ import annotations
 
 from vgraph.config import VGraphConfig
 from vgraph.engine.client import EngineCoreClient, make_client
-from vgraph.engine.input_processor import InputProcessor, PromptType
-from vgraph.engine.output_processor import OutputKind, OutputProcessor
+from vgraph.engine.frontend import FrontendBase
+from vgraph.engine.input_processor import PromptType
+from vgraph.engine.output_processor import OutputKind
 from vgraph.outputs import RequestOutput
 from vgraph.sampling_params import SamplingParams
-from vgraph.tokenizer import eos_token_ids, load_tokenizer
 
 
-class LLMEngine:
+class LLMEngine(FrontendBase):
     def __init__(
         self,
         config: VGraphConfig,
@@ -19,12 +23,8 @@ class LLMEngine:
         multiprocess: bool | None = None,
     ) -> None:
         """multiprocess: engine core in its own process (default, see make_client) or here."""
-        self.config = config
-        self.tokenizer = load_tokenizer(config.model_config)
-        eos = eos_token_ids(config.model_config, self.tokenizer)
-        self.processor = InputProcessor(config.model_config, self.tokenizer, eos)
-        self.output_processor = OutputProcessor(self.tokenizer)
-        self.client = client or make_client(config, multiprocess)
+        super().__init__(config)
+        self.client: EngineCoreClient = client or make_client(config, multiprocess)
 
     def add_request(
         self,
@@ -34,7 +34,7 @@ class LLMEngine:
         kind: OutputKind = OutputKind.FINAL_ONLY,
     ) -> None:
         """Validate, then queue; raises ValueError and queues nothing on bad input."""
-        text, ids = self.processor.tokenize(prompt)
+        text, ids = self.processor.process_prompt(prompt)
         self.add_tokenized(request_id, text, ids, params, kind)
 
     def add_tokenized(
@@ -45,26 +45,12 @@ class LLMEngine:
         params: SamplingParams,
         kind: OutputKind = OutputKind.FINAL_ONLY,
     ) -> None:
-        """Queue a prompt already validated by processor.tokenize()."""
-        if request_id in self.output_processor.parents:
-            raise ValueError(f"request_id={request_id!r} is already in use")
-        requests = self.processor.make_requests(request_id, ids, params)
-        self.output_processor.add_request(
-            request_id,
-            text,
-            ids,
-            [r.request_id for r in requests],
-            [r.sampling_params for r in requests],
-            kind,
-        )
-        for r in requests:
-            self.client.add_request(r)
+        """Queue a prompt already validated by processor.process_prompt()."""
+        self.submit(request_id, text, ids, params, kind)
 
     def abort_request(self, request_ids: list[str]) -> None:
         for rid in request_ids:
-            children = self.output_processor.child_ids(rid)
-            self.output_processor.abort(rid)
-            self.client.abort_requests(children)
+            self.abort_parent(rid)
 
     def has_unfinished_requests(self) -> bool:
         return self.output_processor.has_unfinished()

@@ -87,6 +87,7 @@ class EngineCoreReady(msgspec.Struct, array_like=True):
 
 
 class EngineCoreFailure(msgspec.Struct, array_like=True):
-    error_type: str  # the exception's class name ("ValueError" is a user's mistake)
+    error_type: str  # the exception's class name, for the log
     message: str
     traceback: str = ""
+    user_error: bool = False  # a user's mistake (a ValueError): the frontend raises ValueError

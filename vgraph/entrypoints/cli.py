@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from vgraph.config import VGraphConfig
 
+from vgraph.attention.selector import backend_names  # loads no torch
+
 BENCH_SUBCOMMANDS: dict[str, str] = {
     "serve": "vgraph.bench.serve",
     "latency": "vgraph.bench.latency",
@@ -78,7 +80,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
         help="token budget per engine step (default: 8192)",
     )
     p.add_argument(
-        "--attention-backend", default="auto", help="torch, csrc or flashinfer (default: auto)"
+        "--attention-backend",
+        default="auto",
+        help=f"auto or one of {', '.join(backend_names())} (default: %(default)s)",
     )
     p.add_argument(
         "--load-format", default="auto", help="auto, safetensors or dummy (random weights)"

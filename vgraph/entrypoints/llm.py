@@ -69,7 +69,7 @@ class LLM:
             raise ValueError(
                 f"sampling_params entry of type {type(bad).__name__} is not a SamplingParams"
             )
-        tokenized = [self.engine.processor.tokenize(p) for p in prompts]
+        tokenized = [self.engine.processor.process_prompt(p) for p in prompts]
         ids = []
         for (text, prompt_ids), p in zip(tokenized, params):
             ids.append(str(next(self._ids)))

@@ -16,7 +16,7 @@ import torch
 class SamplingMetadata:
     # per-row parameters; None when every row is greedy (then they play no part)
     temperature: torch.Tensor | None  # [R] float32; 0 means greedy
-    top_k: torch.Tensor | None  # [R] int64; vocab_size means off
+    top_k: torch.Tensor | None  # [R] int64; off is written as 1 << 30 (any k >= vocab keeps all)
     top_p: torch.Tensor | None  # [R] float32; 1.0 means off
     min_p: torch.Tensor | None  # [R] float32; 0.0 means off
     generators: dict[int, torch.Generator]  # row -> generator of a seeded request

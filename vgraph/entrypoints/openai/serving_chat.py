@@ -7,21 +7,17 @@ fits the context.
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 from vgraph.entrypoints.openai.protocol import APIError, ChatCompletionRequest
 from vgraph.entrypoints.openai.serving_engine import (
-    SSE_DONE,
     Choice,
     OpenAIServing,
     finite,
-    sse,
     usage,
 )
-from vgraph.outputs import Logprob
+from vgraph.outputs import CompletionOutput, Logprob
 from vgraph.sampling_params import SamplingParams
 
 
@@ -31,17 +27,12 @@ class OpenAIServingChat(OpenAIServing):
     ) -> dict[str, Any] | AsyncIterator[str]:
         """The response body, or (stream=true) an iterator of SSE events. Raises APIError."""
         self.check_request(req)
-        text, ids = self.tokenize(self.render(req), "messages")
+        text, ids = self.prepare_prompt(self.render(req), "messages")
         top_n = (req.top_logprobs or 0) if req.logprobs else None
         params = self.sampling_params(
             req, req.max_completion_tokens or req.max_tokens, len(ids), None, top_n
         )
-        head = {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": self.model_name,
-        }
+        head = self.response_head("chatcmpl", "chat.completion")
         if req.stream:
             return self.stream(req, (text, ids), params, head, top_n)
         choices: dict[int, Choice] = {}
@@ -54,7 +45,7 @@ class OpenAIServingChat(OpenAIServing):
                 "message": {"role": "assistant", "content": c.text},
                 "logprobs": None
                 if top_n is None
-                else logprobs_block(c.token_ids, c.logprobs, top_n),
+                else chat_logprobs(c.token_ids, c.logprobs, top_n),
                 "finish_reason": c.finish_reason,
                 "stop_reason": c.stop_reason,
             }
@@ -77,7 +68,7 @@ class OpenAIServingChat(OpenAIServing):
                 f"the chat template rejected the messages: {e}", param="messages"
             ) from None
 
-    async def stream(
+    def stream(
         self,
         req: ChatCompletionRequest,
         prompt: tuple[str | None, list[int]],
@@ -85,53 +76,30 @@ class OpenAIServingChat(OpenAIServing):
         head: dict[str, Any],
         top_n: int | None,
     ) -> AsyncIterator[str]:
+        """SSE events: first a chunk per choice that gives the role (as OpenAI does)."""
+        role = {"role": "assistant", "content": ""}
+        first = [
+            {"index": j, "delta": role, "logprobs": None, "finish_reason": None}
+            for j in range(req.n)
+        ]
+
+        def make_choice(_: int, comp: CompletionOutput) -> dict[str, Any]:
+            lp = None
+            if top_n is not None:
+                lp = chat_logprobs(comp.token_ids, comp.logprobs or [], top_n)
+            return {
+                "index": comp.index,
+                "delta": {"content": comp.text},
+                "logprobs": lp,
+                "finish_reason": comp.finish_reason,
+                "stop_reason": comp.stop_reason,
+            }
+
         head = {**head, "object": "chat.completion.chunk"}
-        opts = req.stream_options
-        num_completion = 0
-        for j in range(req.n):
-            yield sse(
-                {
-                    **head,
-                    "choices": [
-                        {
-                            "index": j,
-                            "delta": {"role": "assistant", "content": ""},
-                            "logprobs": None,
-                            "finish_reason": None,
-                        }
-                    ],
-                }
-            )
-        try:
-            async for _, out in self.generate_all([prompt], [params], head["id"]):
-                for comp in out.outputs:
-                    num_completion += len(comp.token_ids)
-                    lp = None
-                    if top_n is not None:
-                        lp = logprobs_block(comp.token_ids, comp.logprobs or [], top_n)
-                    chunk = {
-                        **head,
-                        "choices": [
-                            {
-                                "index": comp.index,
-                                "delta": {"content": comp.text},
-                                "logprobs": lp,
-                                "finish_reason": comp.finish_reason,
-                                "stop_reason": comp.stop_reason,
-                            }
-                        ],
-                    }
-                    if opts is not None and opts.continuous_usage_stats:
-                        chunk["usage"] = usage(len(prompt[1]), num_completion)
-                    yield sse(chunk)
-            if opts is not None and opts.include_usage:
-                yield sse({**head, "choices": [], "usage": usage(len(prompt[1]), num_completion)})
-        except APIError as e:
-            yield sse(e.body())
-        yield SSE_DONE
+        return self.stream_events(head, [prompt], [params], req.stream_options, make_choice, first)
 
 
-def logprobs_block(
+def chat_logprobs(
     token_ids: list[int], logprobs: list[dict[int, Logprob]], top_n: int
 ) -> dict[str, list[dict[str, Any]]]:
     """The chat logprobs object: per token its logprob and the top_n most likely tokens."""

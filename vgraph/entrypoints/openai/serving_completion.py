@@ -6,21 +6,17 @@ A prompt is text, token ids, or a list of either (one engine request per prompt;
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 from vgraph.entrypoints.openai.protocol import APIError, CompletionRequest
 from vgraph.entrypoints.openai.serving_engine import (
-    SSE_DONE,
     Choice,
     OpenAIServing,
     finite,
-    sse,
     usage,
 )
-from vgraph.outputs import Logprob
+from vgraph.outputs import CompletionOutput, Logprob
 from vgraph.sampling_params import SamplingParams
 
 MAX_PROMPTS = 128
@@ -34,17 +30,12 @@ class OpenAIServingCompletion(OpenAIServing):
         """The response body, or (stream=true) an iterator of SSE events. Raises APIError."""
         self.check_request(req)
         prompts = prompt_list(req.prompt)
-        tokenized = [self.tokenize(p, "prompt") for p in prompts]
+        tokenized = [self.prepare_prompt(p, "prompt") for p in prompts]
         params = [
             self.sampling_params(req, req.max_tokens, len(ids), DEFAULT_MAX_TOKENS, req.logprobs)
             for _, ids in tokenized
         ]
-        head = {
-            "id": f"cmpl-{uuid.uuid4().hex}",
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": self.model_name,
-        }
+        head = self.response_head("cmpl", "text_completion")
         if req.stream:
             return self.stream(req, tokenized, params, head)
         choices: dict[int, Choice] = {}
@@ -54,7 +45,7 @@ class OpenAIServingCompletion(OpenAIServing):
                 self.update_choice(choices.setdefault(index, Choice(index)), comp)
         body = []
         for c in sorted(choices.values(), key=lambda c: c.index):
-            lp = None if req.logprobs is None else logprobs_block(c.token_ids, c.logprobs, 0)
+            lp = None if req.logprobs is None else completion_logprobs(c.token_ids, c.logprobs, 0)
             body.append(
                 {
                     "index": c.index,
@@ -71,47 +62,31 @@ class OpenAIServingCompletion(OpenAIServing):
             "usage": usage(sum(len(ids) for _, ids in tokenized), num_completion),
         }
 
-    async def stream(
+    def stream(
         self,
         req: CompletionRequest,
         tokenized: list[tuple[str | None, list[int]]],
         params: list[SamplingParams],
         head: dict[str, Any],
     ) -> AsyncIterator[str]:
-        opts = req.stream_options
-        num_prompt = sum(len(ids) for _, ids in tokenized)
-        num_completion = 0
-        text_len: dict[int, int] = {}
-        try:
-            async for i, out in self.generate_all(tokenized, params, head["id"]):
-                for comp in out.outputs:
-                    index = i * req.n + comp.index
-                    num_completion += len(comp.token_ids)
-                    offset = text_len.get(index, 0)
-                    text_len[index] = offset + len(comp.text)
-                    lp = None
-                    if req.logprobs is not None:
-                        lp = logprobs_block(comp.token_ids, comp.logprobs or [], offset)
-                    chunk = {
-                        **head,
-                        "choices": [
-                            {
-                                "index": index,
-                                "text": comp.text,
-                                "logprobs": lp,
-                                "finish_reason": comp.finish_reason,
-                                "stop_reason": comp.stop_reason,
-                            }
-                        ],
-                    }
-                    if opts is not None and opts.continuous_usage_stats:
-                        chunk["usage"] = usage(num_prompt, num_completion)
-                    yield sse(chunk)
-            if opts is not None and opts.include_usage:
-                yield sse({**head, "choices": [], "usage": usage(num_prompt, num_completion)})
-        except APIError as e:
-            yield sse(e.body())
-        yield SSE_DONE
+        text_len: dict[int, int] = {}  # choice index -> characters sent (the logprobs offset)
+
+        def make_choice(i: int, comp: CompletionOutput) -> dict[str, Any]:
+            index = i * req.n + comp.index
+            offset = text_len.get(index, 0)
+            text_len[index] = offset + len(comp.text)
+            lp = None
+            if req.logprobs is not None:
+                lp = completion_logprobs(comp.token_ids, comp.logprobs or [], offset)
+            return {
+                "index": index,
+                "text": comp.text,
+                "logprobs": lp,
+                "finish_reason": comp.finish_reason,
+                "stop_reason": comp.stop_reason,
+            }
+
+        return self.stream_events(head, tokenized, params, req.stream_options, make_choice)
 
 
 def prompt_list(prompt: str | list[int] | list[str] | list[list[int]]) -> list[str | list[int]]:
@@ -127,7 +102,7 @@ def prompt_list(prompt: str | list[int] | list[str] | list[list[int]]) -> list[s
     return list(prompt)
 
 
-def logprobs_block(
+def completion_logprobs(
     token_ids: list[int], logprobs: list[dict[int, Logprob]], text_offset: int
 ) -> dict[str, list[Any]]:
     """The legacy completions logprobs object for these tokens."""

@@ -1,4 +1,5 @@
-"""What the completion and chat handlers share: checks, prompt limits, choice bookkeeping, SSE.
+"""What the completion and chat handlers share: checks, prompt limits, choice bookkeeping, the
+SSE stream loop.
 
 OpenAIServing turns a user's mistake into an APIError (400/404), engine death into 503, and runs
 one engine generator per prompt, merged, closing them all (which aborts unfinished requests in
@@ -10,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import AsyncIterator
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,8 +21,8 @@ from typing import Any
 from vgraph.engine.async_llm import AsyncLLM
 from vgraph.engine.client import EngineDeadError
 from vgraph.engine.input_processor import PromptType
-from vgraph.entrypoints.openai.protocol import APIError, SamplingRequest
-from vgraph.outputs import Logprob, RequestOutput
+from vgraph.entrypoints.openai.protocol import APIError, SamplingRequest, StreamOptions
+from vgraph.outputs import CompletionOutput, Logprob, RequestOutput
 from vgraph.sampling_params import SamplingParams
 
 SSE_DONE = "data: [DONE]\n\n"
@@ -61,6 +64,15 @@ class OpenAIServing:
         self.model_name = model_name
         self.max_model_len = engine.config.model_config.max_model_len
 
+    def response_head(self, id_prefix: str, object_type: str) -> dict[str, Any]:
+        """The fields every response body and stream chunk starts with."""
+        return {
+            "id": f"{id_prefix}-{uuid.uuid4().hex}",
+            "object": object_type,
+            "created": int(time.time()),
+            "model": self.model_name,
+        }
+
     def check_request(self, req: SamplingRequest) -> None:
         if req.model is not None and req.model != self.model_name:
             raise APIError(
@@ -73,9 +85,11 @@ class OpenAIServing:
         if self.engine.is_dead:
             raise APIError(f"the engine is dead: {self.engine.dead_error}", 503, code="engine_dead")
 
-    def tokenize(self, prompt: PromptType, param: str) -> tuple[str | None, list[int]]:
+    def prepare_prompt(self, prompt: PromptType, param: str) -> tuple[str | None, list[int]]:
+        """(text or None, token ids) of a prompt that leaves room to generate; a user's mistake
+        is an APIError (400) naming the request's field `param`."""
         try:
-            text, ids = self.engine.tokenize(prompt)
+            text, ids = self.engine.processor.process_prompt(prompt)
         except ValueError as e:
             raise APIError(str(e), param=param) from None
         if len(ids) >= self.max_model_len:
@@ -128,8 +142,42 @@ class OpenAIServing:
         except ValueError as e:
             raise APIError(str(e)) from None
 
+    async def stream_events(
+        self,
+        head: dict[str, Any],
+        prompts: list[tuple[str | None, list[int]]],
+        params: list[SamplingParams],
+        stream_options: StreamOptions | None,
+        make_choice: Callable[[int, CompletionOutput], dict[str, Any]],
+        first_choices: Sequence[dict[str, Any]] = (),
+    ) -> AsyncIterator[str]:
+        """The SSE events of a streamed response.
+
+        A chunk per entry of first_choices, then one per delta output, its choice object made by
+        make_choice(prompt index, delta); usage per chunk (continuous_usage_stats) and at the end
+        (include_usage); an error after the stream began becomes an error event; `data: [DONE]`
+        last, always.
+        """
+        num_prompt = sum(len(ids) for _, ids in prompts)
+        num_completion = 0
+        for choice in first_choices:
+            yield sse({**head, "choices": [choice]})
+        try:
+            async for i, out in self.generate_all(prompts, params, head["id"]):
+                for comp in out.outputs:
+                    num_completion += len(comp.token_ids)
+                    chunk = {**head, "choices": [make_choice(i, comp)]}
+                    if stream_options is not None and stream_options.continuous_usage_stats:
+                        chunk["usage"] = usage(num_prompt, num_completion)
+                    yield sse(chunk)
+            if stream_options is not None and stream_options.include_usage:
+                yield sse({**head, "choices": [], "usage": usage(num_prompt, num_completion)})
+        except APIError as e:
+            yield sse(e.body())
+        yield SSE_DONE
+
     @staticmethod
-    def update_choice(choice: Choice, comp: Any) -> None:
+    def update_choice(choice: Choice, comp: CompletionOutput) -> None:
         choice.text += comp.text
         choice.token_ids.extend(comp.token_ids)
         if comp.logprobs:
