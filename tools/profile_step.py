@@ -20,12 +20,13 @@ import argparse
 import json
 import statistics
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from vgraph.bench import kernels
 from vgraph.bench.latency import _StepBuilder, environment
 from vgraph.engine.arg_utils import create_engine_config
 from vgraph.engine.core import EngineCore
@@ -96,9 +97,9 @@ def _stages(core: EngineCore, sched: Any, iters: int = 50) -> dict[str, float]:
         mode, key, t_pad, r_pad = runner.dispatch(sched)
         step, common = runner.prepare_inputs(sched, t_pad, r_pad)
         _mark(marks)
-        hidden = runner.execute_forward(step, common, mode, key)
+        logits = runner.execute_forward(step, common, mode, key)
         _mark(marks)
-        out = runner.sample(sched, step, hidden)
+        out = runner.sample(sched, step, logits)
         _mark(marks)
         runner.to_host(sched, out)
         _mark(marks)
@@ -141,31 +142,20 @@ def profile_kernels(args: argparse.Namespace) -> dict:
     core = EngineCore(config)
     b = _StepBuilder(core)
     sched = b.step(b.prefilled(args.batch, args.context_len), [1] * args.batch)
-    for _ in range(5):
-        core.runner.execute_model(sched)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        core.runner.execute_model(sched)
-        torch.cuda.synchronize()
-    count: Counter[str] = Counter()
-    time_us: defaultdict[str, float] = defaultdict(float)
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            count[e.name] += 1
-            time_us[e.name] += e.device_time
-    total_n, total_t = sum(count.values()), sum(time_us.values())
-    top = sorted(time_us, key=time_us.get, reverse=True)[:12]
+    k = kernels.profile_kernels(lambda: core.runner.execute_model(sched), num_steps=1)
     print(
-        f"{args.model} batch {args.batch} ({config.attention_backend}): {total_n} kernels, "
-        f"{total_t:.0f} us of kernel time per eager decode step"
+        f"{args.model} batch {args.batch} ({config.attention_backend}): "
+        f"{k['kernels_per_step']:.0f} kernels, {k['gpu_us_per_step']:.0f} us of kernel time per "
+        "eager decode step"
     )
-    for name in top:
-        print(f"  {count[name]:5d} x {time_us[name]:8.1f} us  {name[:90]}")
+    for row in k["top"]:
+        print(f"  {row['kernels']:5.0f} x {row['us']:8.1f} us  {row['name'][:90]}")
     return {
-        "kernels": total_n,
-        "kernel_time_us": total_t,
+        "kernels": k["kernels_per_step"],
+        "kernel_time_us": k["gpu_us_per_step"],
         "attention_backend": config.attention_backend,
-        "top": [{"name": n, "count": count[n], "us": time_us[n]} for n in top],
+        "families": k["families"],
+        "top": k["top"],
     }
 
 

@@ -40,6 +40,30 @@ from vgraph.worker.sampling_inputs import build_sampling_metadata
 logger = logging.getLogger(__name__)
 
 
+class ForwardWithLogits:
+    """The model, then the LM head on each request's last token: what a FULL graph captures, so
+    the head runs inside the graph as well. A FULL key's pad requests have empty query ranges
+    ending at the last real token, so their rows are valid and the caller slices them off."""
+
+    def __init__(
+        self,
+        model_fn: Callable[..., torch.Tensor],
+        compute_logits: Callable[[torch.Tensor], torch.Tensor],
+    ) -> None:
+        self.model_fn = model_fn
+        self.compute_logits = compute_logits
+
+    def __call__(
+        self,
+        input_ids: torch.Tensor,  # [num_tokens_padded] int64
+        positions: torch.Tensor,  # [num_tokens_padded] int64
+        query_start_loc: torch.Tensor,  # [num_reqs_padded + 1] int32
+    ) -> torch.Tensor:  # [num_reqs_padded, vocab_size] float32
+        hidden = self.model_fn(input_ids, positions)  # [num_tokens_padded, hidden_size]
+        last = query_start_loc[1:].long() - 1  # [num_reqs_padded]
+        return self.compute_logits(hidden[last])
+
+
 @dataclass
 class ModelRunnerOutput:
     sampled_token_ids: list[int]  # one per scheduled request, in batch order
@@ -77,7 +101,8 @@ class ModelRunner:
         self.sampler = Sampler()
         self.generators: dict[str, torch.Generator] = {}
         self.model: torch.nn.Module | None = None
-        self.model_fn: Callable[..., torch.Tensor] | None = None  # model, maybe graph-wrapped
+        self.model_fn: Callable[..., torch.Tensor] | None = None  # model, maybe piecewise
+        self.logits_fn: Callable[..., torch.Tensor] | None = None  # + LM head, maybe FULL graph
         self.attn_layers: dict[str, Attention] = {}
         self.kv_caches: dict[str, torch.Tensor] = {}
         self.num_blocks = 0
@@ -104,8 +129,11 @@ class ModelRunner:
 
             runnable = compile_piecewise(self.model, self.config, self.graph_backend)
         self.model_fn = runnable
+        self.logits_fn = ForwardWithLogits(runnable, self.model.compute_logits)
         if self.cudagraph_mode.has_full():
-            self.model_fn = CUDAGraphWrapper(runnable, CUDAGraphMode.FULL, self.graph_backend)
+            self.logits_fn = CUDAGraphWrapper(
+                self.logits_fn, CUDAGraphMode.FULL, self.graph_backend
+            )
         logger.info(
             "loaded %s (%s, %s) in %.1f s",
             self.config.model_config.name,
@@ -179,7 +207,7 @@ class ModelRunner:
 
     def release(self) -> None:
         """Drop the graphs, KV cache and weights; the runner can't execute afterwards."""
-        self.model_fn = self.model = None
+        self.model_fn = self.logits_fn = self.model = None
         self.kv_caches.clear()
         self.attn_layers.clear()
         gc.collect()  # graph wrappers and compiled pieces hold cycles
@@ -193,8 +221,8 @@ class ModelRunner:
             self.generators.pop(rid, None)
         mode, key, t_pad, r_pad = self.dispatch(sched)
         step, common = self.prepare_inputs(sched, t_pad, r_pad)
-        hidden = self.execute_forward(step, common, mode, key)
-        out = self.sample(sched, step, hidden)
+        logits = self.execute_forward(step, common, mode, key)
+        out = self.sample(sched, step, logits)
         return self.to_host(sched, out)
 
     def dispatch(
@@ -244,8 +272,8 @@ class ModelRunner:
         key: BatchDescriptor | None = None,
         capturing: bool = False,
     ) -> torch.Tensor:
-        """Returns hidden states [num_tokens_padded, hidden_size]."""
-        n = step.num_tokens_padded
+        """Returns float32 logits of each request's last token [num_reqs_padded, vocab_size]."""
+        n, r = step.num_tokens_padded, step.num_reqs_padded
         ctx = ForwardContext(
             attn_metadata=common,
             kv_caches=self.kv_caches,
@@ -255,15 +283,20 @@ class ModelRunner:
             capturing=capturing,
         )
         with set_forward_context(ctx):
-            return self.model_fn(self.buffers.input_ids.gpu[:n], self.buffers.positions.gpu[:n])
+            return self.logits_fn(
+                self.buffers.input_ids.gpu[:n],
+                self.buffers.positions.gpu[:n],
+                self.buffers.query_start_loc.gpu[: r + 1],
+            )
 
     def sample(
-        self, sched: SchedulerOutput, step: StepInputs, hidden: torch.Tensor
+        self,
+        sched: SchedulerOutput,
+        step: StepInputs,
+        logits: torch.Tensor,  # [num_reqs_padded, vocab_size] float32
     ) -> SamplerOutput:
-        last = self.buffers.query_start_loc.gpu[1 : step.num_reqs + 1].long() - 1  # [R]
-        logits = self.model.compute_logits(hidden[last])  # [R, vocab] float32
         md = build_sampling_metadata(sched.requests, self.generators, self.device)
-        return self.sampler(logits, md)
+        return self.sampler(logits[: step.num_reqs], md)
 
     def to_host(self, sched: SchedulerOutput, out: SamplerOutput) -> ModelRunnerOutput:
         """The step's one device-to-host transfer (logprobs packed beside the ids)."""
