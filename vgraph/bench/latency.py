@@ -11,7 +11,8 @@ The modes are timed in turns, a block of steps each, round after round, so that 
 the host (eager steps are bound by it) falls on every mode alike rather than on whichever ran
 then. Warm-up first; the median of all steps is quoted, with the 10th and 90th percentiles.
 Prints a table and writes JSON (after start-up and again at the end). A mode that fails to start
-is recorded with its error and the others still run.
+is recorded with its error and the others still run. On CUDA every step is then profiled: kernels
+per step and GPU time per kernel family (vgraph/bench/kernels.py) go into the JSON.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 import torch
 
 from vgraph.attention.selector import backend_names
+from vgraph.bench.kernels import profile_kernels
 from vgraph.core.scheduler import SchedulerOutput
 from vgraph.engine.arg_utils import create_engine_config
 from vgraph.engine.core import EngineCore
@@ -55,6 +57,12 @@ def add_cli_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--num-iters", type=int, default=100)
     p.add_argument("--num-warmup", type=int, default=10)
     p.add_argument("--out", default=None, help="write results as JSON here")
+    p.add_argument(
+        "--no-kernel-profile",
+        dest="kernel_profile",
+        action="store_false",
+        help="skip the per-step kernel count and GPU time per kernel family (CUDA only)",
+    )
     return p
 
 
@@ -187,6 +195,22 @@ def measure(runs: list[_ModeRun], args: argparse.Namespace, block: int = 10) -> 
             run.modes_used[name] = _used_mode(steps, run.core.runner.graph_stats.steps)
 
 
+def profile_runs(runs: list[_ModeRun]) -> None:
+    """Kernels per step and GPU time per kernel family, for every step of every mode."""
+    for run in runs:
+        for name, sched in run.steps.items():
+            k = profile_kernels(lambda r=run.core.runner, s=sched: r.execute_model(s))
+            run.result.setdefault("kernels", {})[name] = k
+            families = ", ".join(
+                f"{f} {v['kernels']:.0f}x {v['us']:.0f} us"
+                for f, v in list(k["families"].items())[:5]
+            )
+            print(
+                f"{run.mode:<20}{name:<12}{k['kernels_per_step']:6.0f} kernels "
+                f"{k['gpu_us_per_step']:8.1f} us GPU  ({families})"
+            )
+
+
 def summarize(run: _ModeRun) -> dict[str, Any]:
     r = dict(run.result)
     r["decode_ms"] = {
@@ -272,6 +296,8 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     _write(args, [r.result for r in runs] + failed)
     if runs:
         measure(runs, args)
+        if args.kernel_profile and torch.cuda.is_available():
+            profile_runs(runs)
     by_mode = {r.mode: summarize(r) for r in runs} | {f["mode"]: f for f in failed}
     results = [by_mode[m] for m in args.modes]
     report = _write(args, results)

@@ -1,0 +1,36 @@
+"""Kernel families of the latency bench: names sorted into families, per-step figures."""
+
+from __future__ import annotations
+
+import pytest
+
+from vgraph.bench.kernels import kernel_family, summarize_kernels
+
+
+@pytest.mark.parametrize(
+    "name, family",
+    [
+        ("void vgraph::paged_attention_kernel<__nv_bfloat16, 64>(...)", "attention"),
+        ("void vgraph::reshape_and_cache_kernel<float>(...)", "kv_cache_write"),
+        ("nvjet_tst_64x8_64x16_4x1_v_bz_TNT", "matmul"),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64", "matmul"),
+        ("void vgraph::fused_add_rms_norm_kernel<c10::BFloat16>(...)", "norm"),
+        ("void vgraph::rotary_embedding_kernel<c10::BFloat16>(...)", "rotary"),
+        ("void vgraph::silu_and_mul_kernel<c10::BFloat16>(...)", "activation"),
+        ("void at::native::reduce_kernel<512, 1, ArgMaxOps>(...)", "sampling"),
+        ("void at::native::vectorized_elementwise_kernel<4, CUDAFunctor_add>(...)", "elementwise"),
+        ("triton_poi_fused_add_mul_0", "triton"),
+        ("some_new_kernel<int>(int)", "some_new_kernel"),
+    ],
+)
+def test_kernel_family(name, family):
+    assert kernel_family(name) == family
+
+
+def test_summary_per_step():
+    kernels = [("gemv2T_kernel", 3.0), ("paged_attention_kernel", 5.0), ("gemv2T_kernel", 1.0)] * 2
+    s = summarize_kernels(kernels, num_steps=2)
+    assert s["kernels_per_step"] == 3 and s["gpu_us_per_step"] == 9.0
+    assert s["families"]["attention"] == {"kernels": 1.0, "us": 5.0}
+    assert list(s["families"]) == ["attention", "matmul"]  # largest GPU time first
+    assert s["top"][0] == {"name": "paged_attention_kernel", "kernels": 1.0, "us": 5.0}

@@ -1,0 +1,92 @@
+"""Kernels per step and GPU time per kernel family, from torch.profiler's CUDA activity.
+
+Kernels replayed inside a CUDA graph are reported like launched ones, so the same count works for
+every mode. Families group kernel names by what they compute; a name no rule knows is its own
+family, so nothing is hidden under "other".
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+# first match wins; the fused decode ops are named before the plain matrix and norm kernels
+KERNEL_FAMILIES = [
+    ("fused_decode", r"vgraph_decode|fused_qkv|fused_mlp|fused_o_proj"),
+    ("attention", r"paged_attention|attention|flash|fmha"),
+    ("kv_cache_write", r"reshape_and_cache|cache_kernel"),
+    ("matmul", r"gemm|gemv|nvjet|xmma|cutlass|matmul|splitK|sm90_"),
+    ("norm", r"rms|layer_?norm"),
+    ("rotary", r"rotary|rope"),
+    ("activation", r"silu|gelu|act_and_mul"),
+    ("sampling", r"argmax|arg_max|topk|sort|softmax|exponential|multinomial"),
+    ("copy_fill", r"copy|memcpy|memset|fill|cat_|CatArray"),
+    ("index", r"index|gather|scatter"),
+    ("reduce", r"reduce"),
+    ("elementwise", r"elementwise|vectorized|unrolled"),
+    ("triton", r"^triton_"),
+]
+_RULES = [(family, re.compile(pattern, re.IGNORECASE)) for family, pattern in KERNEL_FAMILIES]
+
+
+def kernel_family(name: str) -> str:
+    for family, rule in _RULES:
+        if rule.search(name):
+            return family
+    return name.split("(")[0].split("<")[0][:60]
+
+
+def summarize_kernels(
+    kernels: list[tuple[str, float]],  # (kernel name, GPU microseconds) of every launch
+    num_steps: int,
+) -> dict[str, Any]:
+    """Per-step kernel count and GPU time, by family and for the 10 largest kernels."""
+    count: Counter[str] = Counter()
+    time_us: defaultdict[str, float] = defaultdict(float)
+    fam_count: Counter[str] = Counter()
+    fam_us: defaultdict[str, float] = defaultdict(float)
+    for name, us in kernels:
+        count[name] += 1
+        time_us[name] += us
+        family = kernel_family(name)
+        fam_count[family] += 1
+        fam_us[family] += us
+    top = sorted(time_us, key=time_us.get, reverse=True)[:10]
+    return {
+        "kernels_per_step": len(kernels) / num_steps,
+        "gpu_us_per_step": sum(time_us.values()) / num_steps,
+        "families": {
+            f: {"kernels": fam_count[f] / num_steps, "us": fam_us[f] / num_steps}
+            for f in sorted(fam_us, key=fam_us.get, reverse=True)
+        },
+        "top": [
+            {"name": n, "kernels": count[n] / num_steps, "us": time_us[n] / num_steps} for n in top
+        ],
+    }
+
+
+def profile_kernels(step: Callable[[], Any], num_steps: int = 10) -> dict[str, Any]:
+    """Run step() num_steps times under the CUDA profiler (after one unprofiled run)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(num_steps):
+            step()
+        torch.cuda.synchronize()
+    kernels = [
+        (e.name, e.device_time)
+        for e in prof.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA and not _is_transfer(e.name)
+    ]
+    return summarize_kernels(kernels, num_steps)
+
+
+def _is_transfer(name: str) -> bool:
+    """Host-device copies are activity records too, but not kernels of the step."""
+    return name.startswith("Memcpy") or name.startswith("Memset")
