@@ -108,5 +108,24 @@ def test_use_inductor_resolves_by_device_and_triton(triton, monkeypatch, caplog)
 
 def test_mode_with_graphs_needs_a_capture_size():
     cc = CompilationConfig(cudagraph_mode=CUDAGraphMode.FULL, cudagraph_capture_sizes=(64,))
-    with pytest.raises(ValueError, match="needs at least one capture size.*=16"):
+    with pytest.raises(ValueError, match="needs at least one of cudagraph_capture_sizes.*=16"):
         resolve(cc, CPU, max_num_batched_tokens=16)
+    pw = CompilationConfig(
+        cudagraph_mode=CUDAGraphMode.FULL_AND_PIECEWISE,
+        cudagraph_capture_sizes=(1, 2),
+        piecewise_capture_sizes=(64,),
+    )
+    with pytest.raises(ValueError, match="needs at least one of piecewise_capture_sizes"):
+        resolve(pw, CPU, max_num_batched_tokens=16)
+
+
+def test_piecewise_sizes_default_to_the_capture_list_and_resolve_alike(caplog):
+    same = resolve(CompilationConfig(cudagraph_capture_sizes=(4, 1, 2)), CPU)
+    assert same.piecewise_capture_sizes == same.cudagraph_capture_sizes == (1, 2, 4)
+    text = '{"cudagraph_capture_sizes": [1, 2], "piecewise_capture_sizes": [64, 8, 8, 9000]}'
+    with caplog.at_level(logging.WARNING, logger="vgraph.config"):
+        own = resolve(CompilationConfig.parse(text), CPU, max_num_batched_tokens=512)
+    assert own.cudagraph_capture_sizes == (1, 2) and own.piecewise_capture_sizes == (8, 64)
+    assert "piecewise_capture_sizes: size 9000 dropped" in caplog.text
+    with pytest.raises(ValueError, match="piecewise_capture_sizes=\\[0\\]: every size"):
+        CompilationConfig.parse({"piecewise_capture_sizes": [0]})

@@ -69,3 +69,30 @@ def test_capture_order_full_first_largest_first():
         (M.PIECEWISE, BD(2)),
         (M.PIECEWISE, BD(1)),
     ]
+
+
+def test_piecewise_sizes_are_their_own_list():
+    d = CudagraphDispatcher(
+        M.FULL_AND_PIECEWISE, [1, 2, 4], S.UNIFORM_SINGLE_TOKEN_DECODE, 64, piecewise_sizes=[8, 32]
+    )
+    assert d.keys[M.PIECEWISE] == {BD(8), BD(32)}
+    assert d.keys[M.FULL] == {BD(s, s, True) for s in (1, 2, 4)}
+    assert d.dispatch(3, True) == (M.FULL, BD(4, 4, True), None)  # the full list pads decodes
+    assert d.dispatch(3, False) == (M.PIECEWISE, BD(8), None)  # the piecewise list pads mixed
+    assert d.dispatch(6, True) == (M.PIECEWISE, BD(8), None)  # above the full list: pieces
+    assert d.dispatch(33, False) == (M.NONE, None, EagerReason.ABOVE_MAX_SIZE)
+    keys = d.capture_keys()
+    assert keys[-2:] == [(M.PIECEWISE, BD(32)), (M.PIECEWISE, BD(8))]
+
+
+def test_graph_stats_count_decode_batch_sizes():
+    from vgraph.cudagraph.counters import GraphStats
+
+    g = GraphStats()
+    g.record_step(M.FULL, None, 3, 4, True)
+    g.record_step(M.FULL, None, 3, 4, True)
+    g.record_step(M.NONE, EagerReason.ABOVE_MAX_SIZE, 600, 600, True)
+    g.record_step(M.PIECEWISE, None, 5, 8, False)  # mixed: not a decode batch
+    assert g.decode_batch_sizes == {3: 2, 600: 1}
+    assert g.padded_decode_batch_sizes == {4: 2, 600: 1}
+    assert g.padded_tokens == 2 + 3 and g.steps == {"NONE": 1, "PIECEWISE": 1, "FULL": 2}

@@ -85,7 +85,18 @@ def test_load_every_request_completes(server: ServerProcess) -> None:
     assert metric(server, "generation_tokens_total") >= n * MAX_TOKENS
     assert metric(server, "prompt_tokens_total") >= n
     assert metric(server, "cudagraph_steps_total") >= MAX_TOKENS  # graph counters exported
+    # every decode step of the load is in the batch-size histograms, 64 streams at most
+    decode_steps = metric(server, "decode_batch_size_count")
+    assert decode_steps >= MAX_TOKENS - 1
+    assert metric(server, "padded_decode_batch_size_count") == decode_steps
+    assert 1 <= metric(server, "decode_batch_size_sum") / decode_steps <= NUM_BURST
+    buckets = [ln for ln in metrics_text(server).splitlines() if "decode_batch_size_bucket" in ln]
+    assert any('le="64' in ln for ln in buckets) and any('le="+Inf"' in ln for ln in buckets)
     assert server.health() == 200
+
+
+def metrics_text(server: ServerProcess) -> str:
+    return httpx.get(f"{server.url}/metrics", timeout=10).text
 
 
 def test_bench_serve(server: ServerProcess, tmp_path: Path) -> None:

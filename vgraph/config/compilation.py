@@ -31,6 +31,8 @@ class CompilationConfig:
 
     cudagraph_mode: CUDAGraphMode | None = None
     cudagraph_capture_sizes: tuple[int, ...] | None = None
+    # token counts of PIECEWISE graphs; None: the same list as cudagraph_capture_sizes
+    piecewise_capture_sizes: tuple[int, ...] | None = None
     max_cudagraph_capture_size: int | None = None
     cudagraph_num_of_warmups: int = 1
     splitting_ops: tuple[str, ...] | None = None
@@ -66,7 +68,7 @@ class CompilationConfig:
                 continue
             if key == "cudagraph_mode":
                 kw[key] = CUDAGraphMode.parse(v)
-            elif key == "cudagraph_capture_sizes":
+            elif key in ("cudagraph_capture_sizes", "piecewise_capture_sizes"):
                 if not isinstance(v, list) or not all(_is_int(x) for x in v):
                     raise ValueError(f"compilation config: {key}={v!r} must be a list of integers")
                 if any(x < 1 for x in v):
@@ -115,22 +117,36 @@ class CompilationConfig:
             mode = CUDAGraphMode.NONE
         elif mode is None:
             mode = CUDAGraphMode.FULL_AND_PIECEWISE if device.type == "cuda" else CUDAGraphMode.NONE
+        sizes = tuple(resolve_capture_sizes(self, max_num_seqs, max_num_batched_tokens))
+        piecewise_sizes = sizes
+        if self.piecewise_capture_sizes is not None:
+            piecewise_sizes = tuple(
+                _kept_sizes(
+                    "piecewise_capture_sizes",
+                    self.piecewise_capture_sizes,
+                    _size_limit(self, max_num_batched_tokens),
+                )
+            )
         resolved = dataclasses.replace(
             self,
-            cudagraph_capture_sizes=tuple(
-                resolve_capture_sizes(self, max_num_seqs, max_num_batched_tokens)
-            ),
+            cudagraph_capture_sizes=sizes,
+            piecewise_capture_sizes=piecewise_sizes,
             splitting_ops=(ATTENTION_OP,) if self.splitting_ops is None else self.splitting_ops,
             use_inductor=_resolve_use_inductor(self.use_inductor, device),
         )
         mode = resolve_cudagraph_mode(
             mode, attention_backend, attention_support, resolved.piecewise_available()
         )
-        if mode is not CUDAGraphMode.NONE and not resolved.cudagraph_capture_sizes:
-            raise ValueError(
-                f"cudagraph_mode={mode.name} needs at least one capture size, but none is left "
-                f"under max_num_batched_tokens={max_num_batched_tokens}"
-            )
+        for field, needed in (
+            ("cudagraph_capture_sizes", mode.has_full()),
+            ("piecewise_capture_sizes", mode.needs_piecewise()),
+        ):
+            if needed and not getattr(resolved, field):
+                raise ValueError(
+                    f"cudagraph_mode={mode.name} needs at least one of {field}, but none is "
+                    f"left under max_num_batched_tokens={max_num_batched_tokens}"
+                    f" (max_cudagraph_capture_size={self.max_cudagraph_capture_size})"
+                )
         return dataclasses.replace(resolved, cudagraph_mode=mode)
 
     def piecewise_available(self) -> bool:
@@ -213,23 +229,30 @@ def resolve_capture_sizes(
     """Default [1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16), max = min(2 * seqs, 512);
     a user list is deduplicated and sorted. Sizes above max_num_batched_tokens (or the user's
     max_cudagraph_capture_size) are dropped, each with a warning."""
-    limit = max_num_batched_tokens
-    if cc.max_cudagraph_capture_size is not None:
-        limit = min(limit, cc.max_cudagraph_capture_size)
+    limit = _size_limit(cc, max_num_batched_tokens)
     if cc.cudagraph_capture_sizes is None:
         top = cc.max_cudagraph_capture_size or min(2 * max_num_seqs, 512)
         sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, top + 1, 16))
         return [s for s in sizes if s <= min(top, limit)]
+    return _kept_sizes("cudagraph_capture_sizes", cc.cudagraph_capture_sizes, limit)
+
+
+def _size_limit(cc: CompilationConfig, max_num_batched_tokens: int) -> int:
+    if cc.max_cudagraph_capture_size is None:
+        return max_num_batched_tokens
+    return min(max_num_batched_tokens, cc.max_cudagraph_capture_size)
+
+
+def _kept_sizes(name: str, sizes: tuple[int, ...], limit: int) -> list[int]:
     kept = []
-    for s in sorted(set(cc.cudagraph_capture_sizes)):
+    for s in sorted(set(sizes)):
         if s > limit:
             logger.warning(
-                "cudagraph capture size %d dropped: above the limit %d (max_num_batched_tokens=%d,"
-                " max_cudagraph_capture_size=%s)",
+                "%s: size %d dropped: above the limit %d (max_num_batched_tokens, or "
+                "max_cudagraph_capture_size when smaller)",
+                name,
                 s,
                 limit,
-                max_num_batched_tokens,
-                cc.max_cudagraph_capture_size,
             )
         else:
             kept.append(s)

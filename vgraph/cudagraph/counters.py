@@ -17,6 +17,23 @@ if TYPE_CHECKING:
 
 RUNTIME_MODE_NAMES = ("NONE", "PIECEWISE", "FULL")
 EAGER_REASONS = ("above_max_size", "unsupported")  # EagerReason values (a test ties them)
+# /metrics histogram edges for decode batch sizes: every size to 32, then the default capture
+# list's steps (8 to 256, 16 to 512), so each default capture size is an edge
+BATCH_SIZE_BUCKETS = tuple(range(1, 33)) + tuple(range(40, 257, 8)) + tuple(range(272, 513, 16))
+
+
+def histogram_buckets(counts: dict[int, int]) -> list[tuple[str, int]]:
+    """Per-size counts -> Prometheus cumulative buckets (le, count) over BATCH_SIZE_BUCKETS."""
+    out, total = [], 0
+    ordered = sorted(counts.items())
+    i = 0
+    for edge in BATCH_SIZE_BUCKETS:
+        while i < len(ordered) and ordered[i][0] <= edge:
+            total += ordered[i][1]
+            i += 1
+        out.append((str(edge), total))
+    out.append(("+Inf", sum(counts.values())))
+    return out
 
 
 def _zeros(names: tuple[str, ...]) -> dict[str, int]:
@@ -32,14 +49,26 @@ class GraphStats(msgspec.Struct, array_like=True):
     num_graphs: int = 0
     capture_seconds: float = 0.0
     graph_memory_bytes: int = 0
+    # uniform decode steps per batch size (requests), and per size they ran at (padded)
+    decode_batch_sizes: dict[int, int] = msgspec.field(default_factory=dict)
+    padded_decode_batch_sizes: dict[int, int] = msgspec.field(default_factory=dict)
 
     def record_step(
-        self, mode: CUDAGraphMode, why_eager: EagerReason | None, num_padded: int
+        self,
+        mode: CUDAGraphMode,
+        why_eager: EagerReason | None,
+        num_tokens: int,
+        num_tokens_padded: int,
+        uniform_decode: bool,
     ) -> None:
         self.steps[mode.name] += 1
         if why_eager is not None:
             self.eager_fallbacks[why_eager.value] += 1
-        self.padded_tokens += num_padded
+        self.padded_tokens += num_tokens_padded - num_tokens
+        if uniform_decode:
+            sizes, padded = self.decode_batch_sizes, self.padded_decode_batch_sizes
+            sizes[num_tokens] = sizes.get(num_tokens, 0) + 1
+            padded[num_tokens_padded] = padded.get(num_tokens_padded, 0) + 1
 
     def snapshot(self) -> GraphStats:
         """A copy that later steps do not change (the in-process client shares objects)."""
@@ -50,4 +79,6 @@ class GraphStats(msgspec.Struct, array_like=True):
             self.num_graphs,
             self.capture_seconds,
             self.graph_memory_bytes,
+            dict(self.decode_batch_sizes),
+            dict(self.padded_decode_batch_sizes),
         )

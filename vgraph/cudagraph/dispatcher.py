@@ -40,28 +40,34 @@ class CudagraphDispatcher:
         capture_sizes: list[int] | tuple[int, ...],
         support: AttentionCGSupport,
         max_num_reqs: int,
+        piecewise_sizes: list[int] | tuple[int, ...] | None = None,
     ) -> None:
+        """capture_sizes: token counts of FULL graphs; piecewise_sizes: of PIECEWISE graphs
+        (None: the same list)."""
         self.mode = mode
         self.max_num_reqs = max_num_reqs
         self.capture_sizes = sorted(capture_sizes)
+        self.piecewise_sizes = sorted(capture_sizes if piecewise_sizes is None else piecewise_sizes)
         self.keys: dict[CUDAGraphMode, set[BatchDescriptor]] = {
             CUDAGraphMode.FULL: set(),
             CUDAGraphMode.PIECEWISE: set(),
         }
         if mode is CUDAGraphMode.NONE:
             return
+        if mode.needs_piecewise():
+            self.keys[CUDAGraphMode.PIECEWISE] = {BatchDescriptor(s) for s in self.piecewise_sizes}
         for size in self.capture_sizes:
-            if mode.mixed_mode() is CUDAGraphMode.PIECEWISE or mode is CUDAGraphMode.PIECEWISE:
-                self.keys[CUDAGraphMode.PIECEWISE].add(BatchDescriptor(size))
             if mode.mixed_mode() is CUDAGraphMode.FULL and support is AttentionCGSupport.ALWAYS:
                 self.keys[CUDAGraphMode.FULL].add(BatchDescriptor(size))
             if mode.decode_mode() is CUDAGraphMode.FULL and size <= max_num_reqs:
                 self.keys[CUDAGraphMode.FULL].add(BatchDescriptor(size, size, True))
 
-    def padded_size(self, num_tokens: int) -> int | None:
-        """Smallest capture size >= num_tokens, or None above the largest."""
-        i = bisect.bisect_left(self.capture_sizes, num_tokens)
-        return self.capture_sizes[i] if i < len(self.capture_sizes) else None
+    def padded_size(self, num_tokens: int, sizes: list[int] | None = None) -> int | None:
+        """Smallest size of `sizes` (default: the FULL capture sizes) >= num_tokens, or None
+        above the largest."""
+        sizes = self.capture_sizes if sizes is None else sizes
+        i = bisect.bisect_left(sizes, num_tokens)
+        return sizes[i] if i < len(sizes) else None
 
     def num_reqs_padded(self, key: BatchDescriptor) -> int:
         """Requests a graph of this key is captured with: a uniform key's own count, a relaxed
@@ -73,21 +79,27 @@ class CudagraphDispatcher:
     def dispatch(
         self, num_tokens: int, uniform_decode: bool
     ) -> tuple[CUDAGraphMode, BatchDescriptor | None, EagerReason | None]:
-        """-> (runtime mode, key, why eager). FULL (exact key, then relaxed) > PIECEWISE > NONE."""
+        """-> (runtime mode, key, why eager). FULL (exact key, then relaxed) > PIECEWISE > NONE;
+        each mode pads to its own list's smallest size that holds the step."""
         if self.mode is CUDAGraphMode.NONE:
             return CUDAGraphMode.NONE, None, None
-        padded = self.padded_size(num_tokens)
-        if padded is None:
-            return CUDAGraphMode.NONE, None, EagerReason.ABOVE_MAX_SIZE
-        relaxed = BatchDescriptor(padded)
         full = self.keys[CUDAGraphMode.FULL]
-        exact = BatchDescriptor(padded, padded, True) if uniform_decode else relaxed
-        if exact in full:
-            return CUDAGraphMode.FULL, exact, None
-        if relaxed in full:
-            return CUDAGraphMode.FULL, relaxed, None
-        if relaxed in self.keys[CUDAGraphMode.PIECEWISE]:
-            return CUDAGraphMode.PIECEWISE, relaxed, None
+        padded = self.padded_size(num_tokens)
+        if padded is not None:
+            relaxed = BatchDescriptor(padded)
+            exact = BatchDescriptor(padded, padded, True) if uniform_decode else relaxed
+            if exact in full:
+                return CUDAGraphMode.FULL, exact, None
+            if relaxed in full:
+                return CUDAGraphMode.FULL, relaxed, None
+        padded_pw = self.padded_size(num_tokens, self.piecewise_sizes)
+        if (
+            padded_pw is not None
+            and BatchDescriptor(padded_pw) in self.keys[CUDAGraphMode.PIECEWISE]
+        ):
+            return CUDAGraphMode.PIECEWISE, BatchDescriptor(padded_pw), None
+        if padded is None and padded_pw is None:
+            return CUDAGraphMode.NONE, None, EagerReason.ABOVE_MAX_SIZE
         return CUDAGraphMode.NONE, None, EagerReason.UNSUPPORTED
 
     def capture_keys(self) -> list[tuple[CUDAGraphMode, BatchDescriptor]]:

@@ -95,6 +95,7 @@ class ModelRunner:
             comp.cudagraph_capture_sizes or (),
             self.attention_backend.cudagraph_support,
             self.max_num_reqs,
+            comp.piecewise_capture_sizes,
         )
         self.graph_backend = make_graph_backend(self.device)
         self.graph_stats = GraphStats()
@@ -233,7 +234,9 @@ class ModelRunner:
         mode, key, why = self.dispatcher.dispatch(num_tokens, sched.is_uniform_decode)
         t_pad = None if key is None else key.num_tokens
         r_pad = self.dispatcher.num_reqs_padded(key) if mode is CUDAGraphMode.FULL else None
-        self.graph_stats.record_step(mode, why, (t_pad or num_tokens) - num_tokens)
+        self.graph_stats.record_step(
+            mode, why, num_tokens, t_pad or num_tokens, sched.is_uniform_decode
+        )
         return mode, key, t_pad, r_pad
 
     def prepare_inputs(

@@ -20,10 +20,15 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
-from vgraph.cudagraph.counters import GraphStats
+from vgraph.cudagraph.counters import GraphStats, histogram_buckets
 from vgraph.engine.async_llm import IterationStats
 from vgraph.engine.protocol import SchedulerStats
 
@@ -208,6 +213,18 @@ def graph_metrics(g: GraphStats, model_name: str) -> Iterator[Metric]:
     )
     c.add_metric([model_name], g.padded_tokens)
     yield c
+    for name, doc, counts in (
+        ("decode_batch_size", "Requests per uniform decode step.", g.decode_batch_sizes),
+        (
+            "padded_decode_batch_size",
+            "Size a uniform decode step ran at (its capture size when replayed).",
+            g.padded_decode_batch_sizes,
+        ),
+    ):
+        h = HistogramMetricFamily(f"vgraph:{name}", doc, labels=["model_name"])
+        total = float(sum(size * n for size, n in counts.items()))
+        h.add_metric([model_name], buckets=histogram_buckets(counts), sum_value=total)
+        yield h
     for name, doc, value in (
         ("num_graphs", "Graphs captured at start-up.", g.num_graphs),
         ("capture_seconds", "Seconds spent capturing graphs.", g.capture_seconds),
