@@ -23,6 +23,7 @@ from vgraph.request import Request
 from vgraph.worker.model_runner import ModelRunner
 
 logger = logging.getLogger(__name__)
+GRAPH_STATS_EVERY = 64  # steps between two GraphStats sent along with the outputs
 
 
 class EngineCore:
@@ -98,11 +99,16 @@ class EngineCore:
                     stop_reason=req.stop_reason,
                 )
             )
+        with_graph_stats = (
+            self.num_steps % GRAPH_STATS_EVERY == 0 or not self.scheduler.has_unfinished_requests()
+        )
         return EngineCoreOutputs(
-            outputs=outputs, scheduler_stats=self.stats(), timestamp=time.monotonic()
+            outputs=outputs,
+            scheduler_stats=self.stats(with_graph_stats),
+            timestamp=time.monotonic(),
         )
 
-    def stats(self) -> SchedulerStats:
+    def stats(self, with_graph_stats: bool = True) -> SchedulerStats:
         s = self.scheduler
         return SchedulerStats(
             num_running=s.num_running,
@@ -110,7 +116,7 @@ class EngineCore:
             kv_cache_usage=s.kv.usage,
             num_preemptions=s.num_preemptions,
             num_steps=self.num_steps,
-            graph_stats=self.runner.graph_stats.snapshot(),
+            graph_stats=self.runner.graph_stats.snapshot() if with_graph_stats else None,
         )
 
     def shutdown(self) -> None:

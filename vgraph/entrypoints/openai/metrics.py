@@ -106,6 +106,7 @@ class PrometheusStatLogger:
         self.model_name = model_name
         self.registry = CollectorRegistry()
         self.scheduler_stats: SchedulerStats | None = None
+        self.graph_stats = GraphStats()
         self.engine_dead = False
         reg, labels = self.registry, ["model_name"]
         self.prompt_tokens = Counter(
@@ -146,6 +147,8 @@ class PrometheusStatLogger:
     def record(self, scheduler_stats: SchedulerStats | None, iteration: IterationStats) -> None:
         if scheduler_stats is not None:
             self.scheduler_stats = scheduler_stats
+            if scheduler_stats.graph_stats is not None:  # sent every few steps only
+                self.graph_stats = scheduler_stats.graph_stats
         m = self.model_name
         self.prompt_tokens.labels(m).inc(iteration.num_prompt_tokens)
         self.generation_tokens.labels(m).inc(iteration.num_generation_tokens)
@@ -194,7 +197,7 @@ class _SchedulerCollector(Collector):
             c = CounterMetricFamily(f"vgraph:{name}", doc, labels=["model_name"])
             c.add_metric([m], value)
             yield c
-        yield from graph_metrics(s.graph_stats, m)
+        yield from graph_metrics(self.owner.graph_stats, m)
 
 
 def graph_metrics(g: GraphStats, model_name: str) -> Iterator[Metric]:
