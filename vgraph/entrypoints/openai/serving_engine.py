@@ -18,7 +18,7 @@ from typing import Any
 from vgraph.engine.async_llm import AsyncLLM
 from vgraph.engine.client import EngineDeadError
 from vgraph.engine.input_processor import PromptType
-from vgraph.entrypoints.openai.protocol import APIError, SamplingRequest
+from vgraph.entrypoints.openai.protocol import APIError, SamplingRequest, brief
 from vgraph.outputs import Logprob, RequestOutput
 from vgraph.sampling_params import SamplingParams
 
@@ -64,7 +64,8 @@ class OpenAIServing:
     def check_request(self, req: SamplingRequest) -> None:
         if req.model is not None and req.model != self.model_name:
             raise APIError(
-                f"The model `{req.model}` does not exist; this server serves `{self.model_name}`",
+                f"The model `{brief(req.model)}` does not exist; "
+                f"this server serves `{self.model_name}`",
                 404,
                 "model",
                 "model_not_found",
