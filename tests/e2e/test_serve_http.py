@@ -264,3 +264,26 @@ def test_sigterm_ends_open_requests_with_openai_errors(
     assert cut["plain"] and cut["stream"], cut
     log = srv.log()
     assert "Traceback" not in log and "Exception in ASGI" not in log, log[-3000:]
+
+
+def test_interrupted_shutdown_is_finished_by_the_next(serve_model_dir: Path) -> None:
+    """A shutdown interrupted while it waits for the core (a second Ctrl-C) is completed by the
+    next call, so the server's last shutdown returns only once the core process is gone."""
+    from vgraph.config import VGraphConfig
+    from vgraph.engine.client import MPClient
+
+    client = MPClient(
+        VGraphConfig.create(str(serve_model_dir), max_model_len=256, num_gpu_blocks_override=64)
+    )
+    proc = client.proc
+    join = proc.join
+
+    def interrupted_join(timeout: float | None = None) -> None:
+        proc.join = join  # type: ignore[method-assign]
+        raise KeyboardInterrupt
+
+    proc.join = interrupted_join  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        client.shutdown()
+    client.shutdown()
+    assert not proc.is_alive() and not pid_alive(proc.pid)
