@@ -103,6 +103,15 @@ def test_api_key_then_graceful_sigterm(serve_model_dir: Path, tmp_path: Path) ->
             resp = httpx.get(f"{srv.url}/v1/models", headers=headers)
             assert resp.status_code == 401, headers
             assert resp.json()["error"]["code"] == "invalid_api_key"
+        # without the key, no /v1 path says whether it exists (nor which methods it takes)
+        for method, path in [("GET", "/v1/nope"), ("POST", "/v1/admin/x"), ("GET", "/v1")]:
+            for headers in ({}, {"Authorization": "Bearer wrong"}):
+                resp = httpx.request(method, f"{srv.url}{path}", headers=headers)
+                assert resp.status_code == 401, (method, path, headers)
+                assert resp.json()["error"]["code"] == "invalid_api_key"
+        resp = httpx.get(f"{srv.url}/v1/nope", headers={"Authorization": "Bearer s3cret"})
+        assert resp.status_code == 404 and resp.json()["error"]["message"]
+        assert httpx.get(f"{srv.url}/health").status_code == 200  # outside /v1: no key
         bad = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="wrong", max_retries=0)
         with pytest.raises(openai.AuthenticationError):
             bad.completions.create(model="tiny", prompt="hi", max_tokens=2)

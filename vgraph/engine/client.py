@@ -104,7 +104,6 @@ class BackgroundResources:
     def __call__(self) -> None:
         if self.done:
             return
-        self.done = True
         proc = self.proc
         if proc is not None and proc.is_alive():
             try:
@@ -118,6 +117,9 @@ class BackgroundResources:
                 if proc.is_alive():
                     stop()
                     proc.join(SHUTDOWN_TIMEOUT_S)
+        # done only once the process is reaped: a call interrupted above (a second Ctrl-C) is
+        # finished by the next one, so the frontend never exits before its engine core
+        self.done = True
         for sock in self.sockets:
             with contextlib.suppress(Exception):  # an async socket whose loop is gone
                 sock.close(linger=0)
@@ -235,7 +237,7 @@ class MPClientBase:
         return None
 
     def shutdown(self) -> None:
-        self._finalizer()
+        self.resources()  # not the finalizer: that runs once even if interrupted; this retries
 
 
 class MPClient(MPClientBase, EngineCoreClient):

@@ -128,8 +128,8 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
         "--graceful-shutdown-timeout",
         type=float,
         default=10.0,
-        help="on SIGINT/SIGTERM, seconds in-flight requests may take to finish "
-        "before they are cancelled (default: %(default)s)",
+        help="on SIGINT/SIGTERM, seconds in-flight requests may take to finish; requests still "
+        "open then end with a 503 error (default: %(default)s)",
     )
     p.add_argument(
         "--uvicorn-log-level",

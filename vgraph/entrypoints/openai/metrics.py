@@ -161,7 +161,8 @@ class PrometheusStatLogger:
             for v in values:
                 child.observe(v)
         for reason in iteration.finish_reasons:
-            self.request_success.labels(m, reason).inc()
+            if reason != "abort":  # as vLLM: only requests that finished count as a success
+                self.request_success.labels(m, reason).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -23,6 +23,13 @@ from vgraph.sampling_params import MAX_LOGPROBS, SamplingParams
 Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
 MAX_N = 128  # samples per request: bounds the work one request can ask for
 MAX_STOP = 16
+MAX_ECHO = 64  # characters of user input an error message may quote
+MAX_MESSAGE = 1024  # an error message is cut here, whatever it quotes
+
+
+def brief(text: str, limit: int = MAX_ECHO) -> str:
+    """User input as an error message may quote it: at most `limit` characters."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 class APIError(Exception):
@@ -34,6 +41,7 @@ class APIError(Exception):
         404: "not_found_error",
         405: "invalid_request_error",
         413: "invalid_request_error",
+        415: "invalid_request_error",
         500: "internal_server_error",
         503: "service_unavailable_error",
     }
@@ -41,6 +49,8 @@ class APIError(Exception):
     def __init__(
         self, message: str, status: int = 400, param: str | None = None, code: str | None = None
     ) -> None:
+        if len(message) > MAX_MESSAGE:
+            message = message[:MAX_MESSAGE] + "... (message cut)"
         super().__init__(message)
         self.message, self.status, self.param, self.code = message, status, param, code
 

@@ -1,12 +1,13 @@
 """`vgraph serve`: the OpenAI-compatible HTTP server (FastAPI + uvicorn) in front of AsyncLLM.
 
-Routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions (API key checked on /v1
-when one is set), GET /health (503 once the engine is dead), GET /version, GET /metrics.
-Every error is an OpenAI error body. Bodies are read here, with a size limit (413 past it), and
-parsed strictly (400 for non-UTF-8, invalid JSON, or a field that fails validation). A client that
-disconnects cancels its handler, which aborts its requests in the engine core.
-Shutdown (SIGINT/SIGTERM): uvicorn stops accepting and lets in-flight requests finish for up to
---graceful-shutdown-timeout seconds (then cancels them), then the lifespan stops the engine core.
+Routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions, GET /health (503 once
+the engine is dead), GET /version, GET /metrics. With an API key, every /v1 path, known or not,
+answers 401 without it (APIKeyMiddleware), so the routes are not revealed.
+Every error is an OpenAI error body. POST bodies are read by request_body.py (415 unless JSON,
+413 past the size limit, 400 for bad bytes, JSON or surrogates) and parsed strictly here (400
+naming the field). A client that disconnects cancels its handler, which aborts its requests in
+the engine core. Shutdown (SIGINT/SIGTERM) drains in-flight requests (drain.py), then the
+lifespan stops the engine core, and run_server returns only once the core process has exited.
 """
 
 from __future__ import annotations
@@ -14,22 +15,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hmac
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from fastapi import APIRouter, Depends, FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import Receive, Scope, Send
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 import vgraph
 from vgraph.engine.async_llm import AsyncLLM
+from vgraph.entrypoints.openai.drain import ClosingStreamingResponse, Drain, DrainingServer
 from vgraph.entrypoints.openai.metrics import PrometheusStatLogger
 from vgraph.entrypoints.openai.protocol import (
     APIError,
@@ -38,7 +40,9 @@ from vgraph.entrypoints.openai.protocol import (
     CompletionRequest,
     StreamOptions,
     TextPart,
+    brief,
 )
+from vgraph.entrypoints.openai.request_body import RequestTooLarge, read_json
 from vgraph.entrypoints.openai.serving_chat import OpenAIServingChat
 from vgraph.entrypoints.openai.serving_completion import OpenAIServingCompletion
 
@@ -47,17 +51,28 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
-DRAIN_FACTOR = 64  # an oversized body is read (and dropped) up to this many limits, then cut
 
 
-class ClosingStreamingResponse(StreamingResponse):
-    """Closes its body iterator however the response ends, so the request is aborted at once."""
+class APIKeyMiddleware:
+    """401 for every /v1 path without `Authorization: Bearer <key>`, before any routing."""
+
+    def __init__(self, app: ASGIApp, api_key: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {api_key}".encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self.body_iterator.aclose()  # type: ignore[attr-defined]
+        path = scope.get("path", "")
+        if scope["type"] == "http" and (path == "/v1" or path.startswith("/v1/")):
+            got = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(got, self.expected):
+                err = APIError(
+                    "missing or incorrect API key; send `Authorization: Bearer <key>`",
+                    401,
+                    code="invalid_api_key",
+                )
+                await JSONResponse(err.body(), status_code=401)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def build_app(engine: AsyncLLM, args: argparse.Namespace) -> FastAPI:
@@ -67,7 +82,7 @@ def build_app(engine: AsyncLLM, args: argparse.Namespace) -> FastAPI:
     completion = OpenAIServingCompletion(engine, model_name)
     chat = OpenAIServingChat(engine, model_name)
     limit = args.max_request_body_bytes
-    expected_auth = None if not args.api_key else f"Bearer {args.api_key}".encode()
+    drain = Drain(args.graceful_shutdown_timeout)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -78,19 +93,11 @@ def build_app(engine: AsyncLLM, args: argparse.Namespace) -> FastAPI:
             logger.info("shutting down the engine core")
             engine.shutdown()
 
-    async def check_api_key(request: Request) -> None:
-        if expected_auth is None:
-            return
-        got = request.headers.get("authorization", "").encode()
-        if not hmac.compare_digest(got, expected_auth):
-            raise APIError(
-                "missing or incorrect API key; send `Authorization: Bearer <key>`",
-                401,
-                code="invalid_api_key",
-            )
-
     app = FastAPI(title="vgraph", version=vgraph.__version__, lifespan=lifespan)
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(check_api_key)])
+    app.state.drain = drain
+    if args.api_key:
+        app.add_middleware(APIKeyMiddleware, api_key=args.api_key)
+    v1 = APIRouter(prefix="/v1")
 
     @v1.get("/models")
     async def models() -> dict[str, Any]:
@@ -113,12 +120,12 @@ def build_app(engine: AsyncLLM, args: argparse.Namespace) -> FastAPI:
     @v1.post("/completions")
     async def completions(request: Request) -> Response:
         req = parse(CompletionRequest, await read_json(request, limit))
-        return await respond(request, completion.create_completion(req))
+        return await respond(request, completion.create_completion(req), drain)
 
     @v1.post("/chat/completions")
     async def chat_completions(request: Request) -> Response:
         req = parse(ChatCompletionRequest, await read_json(request, limit))
-        return await respond(request, chat.create_chat_completion(req))
+        return await respond(request, chat.create_chat_completion(req), drain)
 
     app.include_router(v1)
 
@@ -137,7 +144,14 @@ def build_app(engine: AsyncLLM, args: argparse.Namespace) -> FastAPI:
 
     @app.exception_handler(APIError)
     async def on_api_error(request: Request, e: APIError) -> JSONResponse:
-        return JSONResponse(e.body(), status_code=e.status)
+        close = isinstance(e, RequestTooLarge) and e.close  # the rest of the body is not read
+        headers = {"Connection": "close"} if close else None
+        return JSONResponse(e.body(), status_code=e.status, headers=headers)
+
+    @app.exception_handler(ClientDisconnect)
+    async def on_disconnect(request: Request, e: ClientDisconnect) -> Response:
+        logger.info("client disconnected before sending the whole body of %s", request.url.path)
+        return Response(status_code=499)  # nobody is listening
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
@@ -155,38 +169,6 @@ def build_app(engine: AsyncLLM, args: argparse.Namespace) -> FastAPI:
     return app
 
 
-async def read_json(request: Request, limit: int) -> Any:
-    """The request body as JSON; 413 past `limit` bytes, 400 if not UTF-8 JSON."""
-    declared = request.headers.get("content-length", "")
-    too_large = declared.isdigit() and int(declared) > limit
-    chunks, total = [], 0
-    async for chunk in request.stream():
-        total += len(chunk)
-        too_large = too_large or total > limit
-        if not too_large:
-            chunks.append(chunk)
-        elif total > DRAIN_FACTOR * limit:  # stop reading; the connection will be dropped
-            break
-    if too_large:
-        raise APIError(
-            f"request body is larger than the limit of {limit} bytes (--max-request-body-bytes)",
-            413,
-            code="request_too_large",
-        )
-    try:
-        text = b"".join(chunks).decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise APIError(f"request body is not valid UTF-8: {e}") from None
-    try:
-        return json.loads(text, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as e:
-        raise APIError(f"request body is not valid JSON: {e}") from None
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def parse(model: type[M], body: Any) -> M:
     """Validate a JSON body; the first problem becomes a 400 naming the field."""
     try:
@@ -196,7 +178,7 @@ def parse(model: type[M], body: Any) -> M:
         if err["type"] == "extra_forbidden":
             field = ".".join(str(x) for x in err["loc"])
             raise APIError(
-                f"Unrecognized request argument supplied: {field}", param=field
+                f"Unrecognized request argument supplied: {brief(field)}", param=brief(field)
             ) from None
         # drop the union-branch names pydantic puts in loc ("str", "list[int]", ...)
         field = ".".join(str(x) for x in err["loc"] if isinstance(x, int) or x in _FIELDS) or None
@@ -222,24 +204,29 @@ _FIELDS = set().union(
 
 
 async def respond(
-    request: Request, work: Awaitable[dict[str, Any] | AsyncIterator[str]]
+    request: Request, work: Awaitable[dict[str, Any] | AsyncIterator[str]], drain: Drain
 ) -> Response:
-    """Run a handler until it answers or the client goes away (then cancel it)."""
+    """Run a handler until it answers, the client goes away or the shutdown drain ends (then
+    cancel it: 499 for nobody, or 503)."""
     task = asyncio.ensure_future(work)
     watch = asyncio.ensure_future(_wait_for_disconnect(request))
+    expired = asyncio.ensure_future(drain.expired.wait())
     try:
-        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({task, watch, expired}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         watch.cancel()
+        expired.cancel()
         if not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
     if task.cancelled():
+        if drain.expired.is_set():
+            return JSONResponse(drain.error().body(), status_code=503)
         return Response(status_code=499)  # nobody is listening
     result = task.result()
     if isinstance(result, dict):
         return JSONResponse(result)
-    return ClosingStreamingResponse(result, media_type="text/event-stream")
+    return ClosingStreamingResponse(result, drain)
 
 
 async def _wait_for_disconnect(request: Request) -> None:
@@ -254,15 +241,15 @@ def run_server(args: argparse.Namespace, config: VGraphConfig) -> int:
     engine = AsyncLLM(config)
     try:
         app = build_app(engine, args)
-        server = uvicorn.Server(
+        server = DrainingServer(
             uvicorn.Config(
                 app,
                 host=args.host,
                 port=args.port,
                 log_level=args.uvicorn_log_level,
                 access_log=not args.disable_access_log,
-                timeout_graceful_shutdown=args.graceful_shutdown_timeout,
-            )
+            ),
+            app.state.drain,
         )
         logger.info("serving %s on http://%s:%d", config.model_config.name, args.host, args.port)
         asyncio.run(_serve(server, engine, args.engine_death_grace))

@@ -21,7 +21,7 @@ from typing import Any
 from vgraph.engine.async_llm import AsyncLLM
 from vgraph.engine.client import EngineDeadError
 from vgraph.engine.input_processor import PromptType
-from vgraph.entrypoints.openai.protocol import APIError, SamplingRequest, StreamOptions
+from vgraph.entrypoints.openai.protocol import APIError, SamplingRequest, StreamOptions, brief
 from vgraph.outputs import CompletionOutput, Logprob, RequestOutput
 from vgraph.sampling_params import SamplingParams
 
@@ -76,7 +76,8 @@ class OpenAIServing:
     def check_request(self, req: SamplingRequest) -> None:
         if req.model is not None and req.model != self.model_name:
             raise APIError(
-                f"The model `{req.model}` does not exist; this server serves `{self.model_name}`",
+                f"The model `{brief(req.model)}` does not exist; "
+                f"this server serves `{self.model_name}`",
                 404,
                 "model",
                 "model_not_found",
