@@ -96,15 +96,21 @@ class AsyncLLM:
             yield out
 
     async def generate_tokenized(
-        self, text: str | None, ids: list[int], params: SamplingParams, request_id: str
+        self,
+        text: str | None,
+        ids: list[int],
+        params: SamplingParams,
+        request_id: str,
+        group_id: str | None = None,
     ) -> AsyncIterator[RequestOutput]:
-        """Delta RequestOutputs of one validated prompt; the last one has finished=True."""
+        """Delta RequestOutputs of one validated prompt; the last one has finished=True.
+        group_id: the user request this prompt belongs to (for fair scheduling)."""
         if self.dead_error is not None:
             raise self.dead_error
         if request_id in self.queues:
             raise ValueError(f"request_id={request_id!r} is already in use")
         self.start_output_handler()
-        requests = self.processor.make_requests(request_id, ids, params)
+        requests = self.processor.make_requests(request_id, ids, params, group_id)
         queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
         self.output_processor.add_request(
             request_id,
