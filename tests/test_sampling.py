@@ -74,6 +74,23 @@ def test_degenerate_sampling_equals_greedy(params: SamplingParams) -> None:
     assert torch.equal(out.token_ids, logits.argmax(dim=-1))
 
 
+@pytest.mark.parametrize("temperature", [1e-39, 1e-30, 1e-10, 9.9e-6])
+def test_temperature_below_epsilon_is_greedy(temperature: float) -> None:
+    """Divided by such a temperature the logits overflow float32; below SAMPLING_EPS = 1e-5 the
+    row is greedy (as vLLM), with or without a seed, alone or beside sampled rows."""
+    logits = random_logits(8, seed=2)
+    params = [SamplingParams(temperature=temperature, seed=i if i % 2 else None) for i in range(8)]
+    assert torch.equal(sample(logits, params).token_ids, logits.argmax(dim=-1))
+    mixed = sample(logits, [*params[:4], *[SamplingParams(temperature=1.0)] * 4]).token_ids
+    assert torch.equal(mixed[:4], logits.argmax(dim=-1)[:4])
+
+
+def test_huge_top_k_is_no_cut() -> None:
+    logits = random_logits(4, seed=3)
+    out = sample(logits, [SamplingParams(temperature=1e-4, top_k=2**63 - 1)] * 4)
+    assert torch.equal(out.token_ids, logits.argmax(dim=-1))
+
+
 # ---- truncation and temperature: which tokens, and how often ---------------------------------
 
 PROBS = torch.tensor([0.05, 0.5, 0.15, 0.3])  # token 1 most likely, then 3, 2, 0

@@ -5,7 +5,10 @@ Lifecycle (owned by the scheduler):
   2. RUNNING: holds blocks; each step computes `num_scheduled_tokens` more of `all_token_ids`.
   3. PREEMPTED: blocks freed, num_computed_tokens reset to 0, back at the head of the queue
      (recompute: prompt + outputs so far are prefilled again when it resumes).
-  4. FINISHED_*: blocks freed; the reason travels to the frontend.
+  4. FINISHED_*: blocks freed; the reason travels to the frontend (FINISHED_ERROR: this request
+     alone failed inside a step; the engine core goes on with the others).
+A request belongs to a group (the user request it was fanned out from: its n samples and, in the
+server, its prompts); the scheduler shares its sequence slots fairly between groups.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ class RequestStatus(enum.IntEnum):
     FINISHED_STOPPED = 3
     FINISHED_LENGTH = 4
     FINISHED_ABORTED = 5
+    FINISHED_ERROR = 6
 
     @property
     def finished(self) -> bool:
@@ -36,6 +40,7 @@ _FINISH_REASONS = {
     RequestStatus.FINISHED_STOPPED: "stop",
     RequestStatus.FINISHED_LENGTH: "length",
     RequestStatus.FINISHED_ABORTED: "abort",
+    RequestStatus.FINISHED_ERROR: "error",
 }
 
 
@@ -47,8 +52,10 @@ class Request:
         sampling_params: SamplingParams,
         eos_token_ids: frozenset[int],
         arrival_time: float = 0.0,
+        group_id: str | None = None,
     ) -> None:
         self.request_id = request_id
+        self.group_id = request_id if group_id is None else group_id
         self.prompt_token_ids = prompt_token_ids
         self.sampling_params = sampling_params
         self.eos_token_ids = eos_token_ids
@@ -58,6 +65,7 @@ class Request:
         self.num_computed_tokens = 0
         self.num_preemptions = 0
         self.stop_reason: int | str | None = None
+        self.error: str | None = None  # why it ended with FINISHED_ERROR
 
     @property
     def num_prompt_tokens(self) -> int:

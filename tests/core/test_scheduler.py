@@ -326,3 +326,75 @@ def test_duplicate_request_id_is_refused() -> None:
     s.add_request(make_req("a", 4))
     with pytest.raises(ValueError, match="request_id='a'"):
         s.add_request(make_req("a", 4))
+
+
+# ---- fairness between groups (the requests fanned out from one user request) -----------------
+
+
+def make_group(group: str, num: int, num_prompt: int = 4, **params: object) -> list[Request]:
+    return [
+        Request(
+            f"{i}_{group}",
+            list(range(10, 10 + num_prompt)),
+            SamplingParams(temperature=0.0, **params),
+            frozenset({EOS}),
+            group_id=group,
+        )
+        for i in range(num)
+    ]
+
+
+def test_a_starved_group_gets_a_seat_from_the_biggest_group() -> None:
+    s = make_sched(max_num_seqs=4)
+    big = make_group("big", 6, max_tokens=100)
+    for r in big:
+        s.add_request(r)
+    assert [rid for rid, _ in plan(step(s))] == ["0_big", "1_big", "2_big", "3_big"]
+    s.add_request(make_req("small", 4, max_tokens=2))
+    out = step(s)
+    # the newest running request of "big" yields its seat; "small" is admitted ahead of the
+    # two older waiting requests of "big"
+    assert plan(out) == [("0_big", 1), ("1_big", 1), ("2_big", 1), ("small", 4)]
+    assert out.num_preempted == 1 and big[3].status == RequestStatus.PREEMPTED
+    assert [r.request_id for r in s.waiting] == ["3_big", "4_big", "5_big"]
+    out = step(s)  # small finishes (max_tokens=2); big is not starved, so nothing is preempted
+    assert out.num_preempted == 0 and "small" not in s.requests
+    assert plan(step(s)) == [
+        ("0_big", 1),
+        ("1_big", 1),
+        ("2_big", 1),
+        ("3_big", 5),
+    ]  # 4 + 1 output: recomputed
+
+
+def test_a_starved_group_gets_blocks_from_the_biggest_group() -> None:
+    s = make_sched(num_blocks=4, max_model_len=64)
+    for r in make_group("big", 4, num_prompt=8, max_tokens=100):
+        s.add_request(r)
+    step(s)  # 4 requests x 1 block: the pool is full (seats are not: max_num_seqs is 256)
+    s.add_request(make_req("small", 8, max_tokens=2))
+    out = step(s)
+    assert plan(out) == [("0_big", 1), ("1_big", 1), ("2_big", 1), ("small", 8)]
+    assert out.num_preempted == 1 and s.kv.num_free_blocks == 0
+
+
+def test_no_seat_is_taken_from_a_group_of_one() -> None:
+    s = make_sched(max_num_seqs=2)
+    for rid in "abc":
+        s.add_request(make_req(rid, 4, max_tokens=100))
+    step(s)
+    out = step(s)
+    assert plan(out) == [("a", 1), ("b", 1)] and out.num_preempted == 0
+
+
+def test_finish_requests_with_an_error_frees_blocks() -> None:
+    s = make_sched()
+    a, b = make_req("a", 20), make_req("b", 20)
+    s.add_request(a)
+    s.add_request(b)
+    out = s.schedule()
+    assert s.finish_requests(["a"], RequestStatus.FINISHED_ERROR) == [a]
+    assert a.status.finish_reason == "error" and s.kv.get_block_ids("a") == []
+    results = s.update_from_output(out, [-1, TOKEN])  # a's placeholder result is skipped
+    assert [(r.request_id, got) for r, got in results] == [("b", True)]
+    assert s.finish_requests(["a"], RequestStatus.FINISHED_ERROR) == []  # once only

@@ -1,12 +1,17 @@
 """Token-budget scheduler (FCFS, chunked prefill, preemption by recompute) -> SchedulerOutput.
 
 One `schedule()` call decides the next step:
+  0. fairness: a group (the requests fanned out from one user request) that has requests waiting
+     and none running is starved; if the sequence slots or the KV blocks are full, the newest
+     running request of the group holding the most (two or more) is preempted to make room, so
+     one big fan-out request cannot hold the engine while a small one waits;
   1. running requests first, in admission order: each wants `num_tokens - num_computed_tokens`
      tokens (1 for a decode, a chunk for a prefill), capped by the remaining token budget;
      if the pool can't hold them, the newest running request is preempted (blocks freed,
      progress reset, back to the head of the waiting queue) until it fits;
-  2. then waiting requests, oldest first, while budget, blocks and max_num_seqs allow
-     (a prompt longer than the budget is split into chunks across steps);
+  2. then waiting requests while budget, blocks and max_num_seqs allow: the oldest request of
+     each starved group first, then the rest oldest first (a prompt longer than the budget is
+     split into chunks across steps);
   3. the step is a list of (request, num_scheduled_tokens); decodes and prefill chunks mix freely.
 `update_from_output()` advances num_computed_tokens, appends sampled tokens and finishes requests.
 It does no I/O and knows nothing of tensors.
@@ -15,7 +20,7 @@ It does no I/O and knows nothing of tensors.
 from __future__ import annotations
 
 import contextlib
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from vgraph.config import SchedulerConfig
@@ -74,13 +79,18 @@ class Scheduler:
         self.waiting.append(request)
 
     def abort_requests(self, request_ids: list[str]) -> list[Request]:
-        aborted = []
+        return self.finish_requests(request_ids, RequestStatus.FINISHED_ABORTED)
+
+    def finish_requests(self, request_ids: list[str], status: RequestStatus) -> list[Request]:
+        """End these requests (those still unfinished) with a finished status; frees blocks."""
+        assert status.finished, status
+        ended = []
         for rid in request_ids:
             req = self.requests.get(rid)
             if req is not None and not req.status.finished:
-                self._finish(req, RequestStatus.FINISHED_ABORTED)
-                aborted.append(req)
-        return aborted
+                self._finish(req, status)
+                ended.append(req)
+        return ended
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.waiting or self.running)
@@ -99,8 +109,21 @@ class Scheduler:
         self._finished_since_last_step = set()
         budget = self.config.max_num_batched_tokens
         scheduled: list[tuple[Request, int]] = []
+        starved = self._starved_group_heads()
+
+        # 0. room for starved groups, taken from the group that holds the most sequences
+        for head in starved:
+            if not self._is_full_for(head):
+                break
+            victim = self._fairness_victim()
+            if victim is None:
+                break
+            self.running.remove(victim)
+            self._preempt(victim)
+            out.num_preempted += 1
 
         # 1. running requests; preempt from the back when blocks run out
+        num_memory_preempted = 0
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
@@ -110,6 +133,7 @@ class Scheduler:
                 victim = self.running.pop()
                 self._preempt(victim)
                 out.num_preempted += 1
+                num_memory_preempted += 1
                 if victim is req:
                     break
             else:
@@ -119,28 +143,62 @@ class Scheduler:
                 continue
             break  # req itself was preempted: nothing after it is left to schedule
 
-        # 2. waiting requests, FCFS, only if nothing was preempted this step
-        while (
-            self.waiting
-            and budget > 0
-            and out.num_preempted == 0
-            and len(self.running) < self.config.max_num_seqs
-        ):
-            req = self.waiting[0]
-            num_new = min(req.num_tokens - req.num_computed_tokens, budget)
-            if self.kv.allocate_slots(req, num_new) is None:
-                break
-            self.waiting.popleft()
-            req.status = RequestStatus.RUNNING
-            self.running.append(req)
-            scheduled.append((req, num_new))
-            budget -= num_new
+        # 2. waiting requests: starved groups' heads first, then FCFS; none if memory is short
+        if num_memory_preempted == 0:
+            for req in starved:
+                if not self._admit(req, budget, scheduled):
+                    break
+                budget -= scheduled[-1][1]
+            while self.waiting and self._admit(self.waiting[0], budget, scheduled):
+                budget -= scheduled[-1][1]
 
         for req, n in scheduled:
             out.requests.append(req)
             out.num_scheduled_tokens.append(n)
             out.block_ids.append(self.kv.get_block_ids(req.request_id))
         return out
+
+    def _admit(self, req: Request, budget: int, scheduled: list[tuple[Request, int]]) -> bool:
+        """Move a waiting request to running with a first chunk, if budget, seats and blocks
+        allow; returns whether it was admitted (then its chunk is the last of `scheduled`)."""
+        if budget <= 0 or len(self.running) >= self.config.max_num_seqs:
+            return False
+        num_new = min(req.num_tokens - req.num_computed_tokens, budget)
+        if self.kv.allocate_slots(req, num_new) is None:
+            return False
+        self.waiting.remove(req)
+        req.status = RequestStatus.RUNNING
+        self.running.append(req)
+        scheduled.append((req, num_new))
+        return True
+
+    def _starved_group_heads(self) -> list[Request]:
+        """The oldest waiting request of each group that has none running, oldest first."""
+        if not self.waiting:
+            return []
+        running_groups = {r.group_id for r in self.running}
+        heads: dict[str, Request] = {}
+        for req in self.waiting:
+            if req.group_id not in running_groups and req.group_id not in heads:
+                heads[req.group_id] = req
+        return list(heads.values())
+
+    def _is_full_for(self, req: Request) -> bool:
+        """No seat, or too few free blocks for this waiting request's first chunk."""
+        if len(self.running) >= self.config.max_num_seqs:
+            return True
+        first_chunk = min(req.num_tokens, self.config.max_num_batched_tokens)
+        return self.kv.num_free_blocks < self.kv.blocks_needed(first_chunk)
+
+    def _fairness_victim(self) -> Request | None:
+        """The newest running request of the group with the most running, if it has two or more."""
+        counts = Counter(r.group_id for r in self.running)
+        if not counts:
+            return None
+        group, num = counts.most_common(1)[0]
+        if num < 2:
+            return None
+        return next(r for r in reversed(self.running) if r.group_id == group)
 
     def _preempt(self, req: Request) -> None:
         self.kv.free(req)

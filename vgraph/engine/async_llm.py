@@ -91,10 +91,15 @@ class AsyncLLM(FrontendBase):
             yield out
 
     async def generate_tokenized(
-        self, text: str | None, ids: list[int], params: SamplingParams, request_id: str
+        self,
+        text: str | None,
+        ids: list[int],
+        params: SamplingParams,
+        request_id: str,
+        group_id: str | None = None,
     ) -> AsyncIterator[RequestOutput]:
-        """Delta RequestOutputs of a prompt validated by processor.process_prompt(); the last
-        one has finished=True."""
+        """Delta RequestOutputs of one validated prompt; the last one has finished=True.
+        group_id: the user request this prompt belongs to (for fair scheduling)."""
         if self.dead_error is not None:
             raise self.dead_error
         # the queue outlives the request in the output processor until the caller has the end
@@ -105,7 +110,7 @@ class AsyncLLM(FrontendBase):
         self.queues[request_id] = queue
         finished = False
         try:
-            requests = self.submit(request_id, text, ids, params, OutputKind.DELTA)
+            requests = self.submit(request_id, text, ids, params, OutputKind.DELTA, group_id)
             num_prompt_tokens = len(ids) * len(requests)
             self.times[request_id] = RequestTimes(requests[0].arrival_time, num_prompt_tokens)
             while not finished:

@@ -3,24 +3,32 @@
 No I/O here: requests come in through add_request/abort_requests, outputs leave as the return
 value of step(). core_proc.py wraps it in a process with sockets; the in-process client calls it
 directly.
+
+No single request's data may take the engine down:
+  1. add_request re-checks everything the frontend checked (prompt ids, every token id in the
+     sampling params, EOS ids) and refuses a bad request with a ValueError;
+  2. a step that raises anyway is retried one request at a time: a request that fails alone is
+     finished with finish_reason "error" and the others go on. Only when every request of a batch
+     of two or more fails alone is the fault the engine's; then the step raises (engine death).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from vgraph.config import VGraphConfig
 from vgraph.core.kv_cache_manager import KVCacheManager
-from vgraph.core.scheduler import Scheduler
+from vgraph.core.scheduler import Scheduler, SchedulerOutput
 from vgraph.engine.protocol import (
     EngineCoreOutput,
     EngineCoreOutputs,
     EngineCoreRequest,
     SchedulerStats,
 )
-from vgraph.request import Request
-from vgraph.worker.model_runner import ModelRunner
+from vgraph.request import Request, RequestStatus
+from vgraph.worker.model_runner import ModelRunner, ModelRunnerOutput
 
 logger = logging.getLogger(__name__)
 GRAPH_STATS_EVERY = 64  # steps between two GraphStats sent along with the outputs
@@ -51,6 +59,7 @@ class EngineCore:
                 request.sampling_params,
                 frozenset(request.eos_token_ids),
                 request.arrival_time,
+                request.group_id,
             )
         )
 
@@ -69,6 +78,10 @@ class EngineCore:
             raise ValueError(
                 f"prompt token id {bad} is outside the vocabulary [0, {mc.vocab_size})"
             )
+        bad = next((t for t in request.eos_token_ids if not 0 <= t < mc.vocab_size), None)
+        if bad is not None:
+            raise ValueError(f"EOS token id {bad} is outside the vocabulary [0, {mc.vocab_size})")
+        request.sampling_params.check_vocab(mc.vocab_size)
 
     def abort_requests(self, request_ids: list[str]) -> None:
         self.scheduler.abort_requests(request_ids)
@@ -81,11 +94,14 @@ class EngineCore:
         sched = self.scheduler.schedule()
         if sched.is_empty():
             return EngineCoreOutputs(scheduler_stats=self.stats(), timestamp=time.monotonic())
-        runner_out = self.runner.execute_model(sched)
+        runner_out, failed = self.execute_isolated(sched)
         self.num_steps += 1
+        outputs = [
+            EngineCoreOutput(req.request_id, [], finish_reason="error", error=req.error)
+            for req in failed
+        ]
         updates = self.scheduler.update_from_output(sched, runner_out.sampled_token_ids)
         logprobs_of = {req.request_id: lp for req, lp in zip(sched.requests, runner_out.logprobs)}
-        outputs = []
         for req, got_token in updates:
             if not got_token:
                 continue
@@ -107,6 +123,42 @@ class EngineCore:
             scheduler_stats=self.stats(with_graph_stats),
             timestamp=time.monotonic(),
         )
+
+    def execute_isolated(self, sched: SchedulerOutput) -> tuple[ModelRunnerOutput, list[Request]]:
+        """Run the step; if it raises, run each request alone and finish those that fail alone
+        with an error (their results are placeholders, skipped by the scheduler)."""
+        try:
+            return self.runner.execute_model(sched), []
+        except Exception as batch_error:
+            logger.exception("a step of %d request(s) failed; isolating", len(sched.requests))
+            if len(sched.requests) == 1:
+                results: list[ModelRunnerOutput | Exception] = [batch_error]
+            else:
+                results = [self._execute_alone(sched, i) for i in range(len(sched.requests))]
+            failed = [r for r, res in zip(sched.requests, results) if isinstance(res, Exception)]
+            if len(results) > 1 and len(failed) == len(results):
+                raise  # nothing runs: the engine is broken, not one request
+        token_ids: list[int] = []
+        logprobs: list[Any] = []
+        for req, res in zip(sched.requests, results):
+            if isinstance(res, Exception):
+                req.error = f"the request failed in the engine: {type(res).__name__}: {res}"
+                token_ids.append(-1)  # a placeholder: the scheduler skips finished requests
+                logprobs.append(None)
+            else:
+                token_ids.extend(res.sampled_token_ids)
+                logprobs.extend(res.logprobs)
+        self.scheduler.finish_requests([r.request_id for r in failed], RequestStatus.FINISHED_ERROR)
+        return ModelRunnerOutput(token_ids, logprobs), failed
+
+    def _execute_alone(self, sched: SchedulerOutput, i: int) -> ModelRunnerOutput | Exception:
+        alone = SchedulerOutput(
+            [sched.requests[i]], [sched.num_scheduled_tokens[i]], [sched.block_ids[i]]
+        )
+        try:
+            return self.runner.execute_model(alone)
+        except Exception as e:  # noqa: BLE001 - this request's own failure, reported by the caller
+            return e
 
     def stats(self, with_graph_stats: bool = True) -> SchedulerStats:
         s = self.scheduler

@@ -41,13 +41,15 @@ class FrontendBase:
         ids: list[int],
         params: SamplingParams,
         kind: OutputKind,
+        group_id: str | None = None,
     ) -> list[EngineCoreRequest]:
         """Queue a prompt already validated by processor.process_prompt(); returns the n engine
-        requests sent. Raises ValueError, registering nothing, on a request id in use or on
-        params that are not SamplingParams."""
+        requests sent. group_id: the user request the prompt belongs to (fair scheduling;
+        default request_id). Raises ValueError, registering nothing, on a request id in use or
+        on params that are not SamplingParams or carry token ids outside the vocabulary."""
         if request_id in self.output_processor.parents:
             raise ValueError(f"request_id={request_id!r} is already in use")
-        requests = self.processor.make_requests(request_id, ids, params)
+        requests = self.processor.make_requests(request_id, ids, params, group_id)
         self.output_processor.add_request(
             request_id,
             text,

@@ -36,7 +36,13 @@ class InputProcessor:
                 raise ValueError(
                     "prompt is text but this model has no tokenizer; pass token ids instead"
                 )
-            ids = self.tokenizer.encode(prompt, add_special_tokens=True)
+            try:
+                ids = self.tokenizer.encode(prompt, add_special_tokens=True)
+            except Exception as e:  # noqa: BLE001 - e.g. a lone surrogate the tokenizer refuses
+                raise ValueError(
+                    f"prompt={prompt[:40]!r} cannot be tokenized ({type(e).__name__}); "
+                    "give valid Unicode text"
+                ) from None
             if not ids:
                 raise ValueError(
                     f"prompt={prompt[:40]!r} encodes to no tokens; give text that has some"
@@ -70,12 +76,19 @@ class InputProcessor:
         return text, ids
 
     def make_requests(
-        self, request_id: str, prompt_ids: list[int], params: SamplingParams
+        self,
+        request_id: str,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        group_id: str | None = None,
     ) -> list[EngineCoreRequest]:
+        """The n engine requests of one prompt; group_id (default: request_id) names the user
+        request they belong to, so the scheduler can share its slots fairly between users."""
         if not isinstance(params, SamplingParams):
             raise ValueError(
                 f"sampling params of type {type(params).__name__} are not SamplingParams"
             )
+        params.check_vocab(self.model_config.vocab_size)
         now = time.monotonic()
         children = [params] if params.n == 1 else [params.child(i) for i in range(params.n)]
         return [
@@ -85,6 +98,7 @@ class InputProcessor:
                 sampling_params=p,
                 eos_token_ids=self.eos_token_ids,
                 arrival_time=now,
+                group_id=request_id if group_id is None else group_id,
             )
             for i, p in enumerate(children)
         ]

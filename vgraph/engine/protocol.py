@@ -20,6 +20,7 @@ class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True):
     sampling_params: SamplingParams
     eos_token_ids: list[int]
     arrival_time: float = 0.0
+    group_id: str | None = None  # the user request it belongs to (None: its own request_id)
 
 
 class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):

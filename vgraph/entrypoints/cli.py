@@ -118,6 +118,13 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
         help="larger request bodies get 413 (default: 1 MiB)",
     )
     p.add_argument(
+        "--max-seqs-per-request",
+        type=_positive_int,
+        default=256,
+        help="most sequences one request may ask for, prompts x n; more get 400 "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
         "--engine-death-grace",
         type=float,
         default=5.0,
@@ -137,6 +144,13 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
         choices=["critical", "error", "warning", "info", "debug"],
     )
     p.add_argument("--disable-access-log", action="store_true", help="no per-request log lines")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not allowed; use an integer >= 1")
+    return value
 
 
 def make_parser(argv: list[str]) -> argparse.ArgumentParser:

@@ -1,4 +1,9 @@
-"""Per-step sampling tensors from the scheduled requests' SamplingParams."""
+"""Per-step sampling tensors from the scheduled requests' SamplingParams.
+
+A temperature below SAMPLING_EPS is greedy here (written as 0.0, the sampler's greedy mark): divided
+by such a temperature the logits overflow float32 and the sample is garbage. top_k is clamped to
+what an int64 tensor holds and the vocabulary needs.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,9 @@ import torch
 
 from vgraph.request import Request
 from vgraph.sample.sampler import SamplingMetadata
+from vgraph.sampling_params import SAMPLING_EPS
+
+_TOP_K_OFF = 1 << 30  # larger than any vocabulary: no row is cut
 
 
 def build_sampling_metadata(
@@ -15,7 +23,8 @@ def build_sampling_metadata(
     params = [r.sampling_params for r in requests]
     max_num_logprobs = max((p.logprobs for p in params if p.logprobs is not None), default=None)
     banned = _min_tokens_bans(requests, device)
-    if all(p.temperature == 0.0 for p in params):  # argmax only: no per-row tensors to copy
+    temperatures = [p.temperature if p.temperature >= SAMPLING_EPS else 0.0 for p in params]
+    if all(t == 0.0 for t in temperatures):  # argmax only: no per-row tensors to copy
         return SamplingMetadata(
             temperature=None,
             top_k=None,
@@ -30,17 +39,17 @@ def build_sampling_metadata(
             banned=banned,
         )
     row_gens: dict[int, torch.Generator] = {}
-    for i, (req, p) in enumerate(zip(requests, params)):
-        if p.seed is not None and p.temperature > 0.0:
+    for i, (req, p, t) in enumerate(zip(requests, params, temperatures)):
+        if p.seed is not None and t > 0.0:
             gen = generators.get(req.request_id)
             if gen is None:
                 gen = torch.Generator(device=device).manual_seed(p.seed)
                 generators[req.request_id] = gen
             row_gens[i] = gen
     # -1 (off) becomes a huge k so one comparison covers both cases
-    top_k = [p.top_k if p.top_k > 0 else 1 << 30 for p in params]
+    top_k = [min(p.top_k, _TOP_K_OFF) if p.top_k > 0 else _TOP_K_OFF for p in params]
     host = torch.tensor(
-        [[p.temperature for p in params], [p.top_p for p in params], [p.min_p for p in params]],
+        [temperatures, [p.top_p for p in params], [p.min_p for p in params]],
         dtype=torch.float32,
     )
     on_dev = host.to(device, non_blocking=True)

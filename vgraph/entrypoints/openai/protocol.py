@@ -18,11 +18,16 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from vgraph.sampling_params import MAX_LOGPROBS, SamplingParams
+from vgraph.sampling_params import (
+    MAX_LOGPROBS,
+    MAX_STOP_STRINGS,
+    SamplingParams,
+    SamplingParamsError,
+)
 
 Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
 MAX_N = 128  # samples per request: bounds the work one request can ask for
-MAX_STOP = 16
+MAX_STOP = MAX_STOP_STRINGS
 MAX_ECHO = 64  # characters of user input an error message may quote
 MAX_MESSAGE = 1024  # an error message is cut here, whatever it quotes
 
@@ -129,9 +134,8 @@ class SamplingRequest(StrictModel):
                 include_stop_str_in_output=self.include_stop_str_in_output,
                 skip_special_tokens=self.skip_special_tokens,
             )
-        except ValueError as e:
-            param = str(e).split("SamplingParams.", 1)[-1].split("=", 1)[0]
-            raise APIError(str(e), param=param if param.isidentifier() else None) from None
+        except SamplingParamsError as e:
+            raise APIError(str(e), param=e.field) from None
 
 
 class CompletionRequest(SamplingRequest):

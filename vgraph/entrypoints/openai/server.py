@@ -79,8 +79,8 @@ def build_app(engine: AsyncLLM, args: argparse.Namespace) -> FastAPI:
     model_name = engine.config.model_config.name
     stats = PrometheusStatLogger(model_name)
     engine.stat_loggers.append(stats)
-    completion = OpenAIServingCompletion(engine, model_name)
-    chat = OpenAIServingChat(engine, model_name)
+    completion = OpenAIServingCompletion(engine, model_name, args.max_seqs_per_request)
+    chat = OpenAIServingChat(engine, model_name, args.max_seqs_per_request)
     limit = args.max_request_body_bytes
     drain = Drain(args.graceful_shutdown_timeout)
 

@@ -27,6 +27,7 @@ class OpenAIServingChat(OpenAIServing):
     ) -> dict[str, Any] | AsyncIterator[str]:
         """The response body, or (stream=true) an iterator of SSE events. Raises APIError."""
         self.check_request(req)
+        self.check_num_seqs(1, req.n)
         text, ids = self.prepare_prompt(self.render(req), "messages")
         top_n = (req.top_logprobs or 0) if req.logprobs else None
         params = self.sampling_params(

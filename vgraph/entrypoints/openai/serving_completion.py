@@ -30,6 +30,7 @@ class OpenAIServingCompletion(OpenAIServing):
         """The response body, or (stream=true) an iterator of SSE events. Raises APIError."""
         self.check_request(req)
         prompts = prompt_list(req.prompt)
+        self.check_num_seqs(len(prompts), req.n)
         tokenized = [self.prepare_prompt(p, "prompt") for p in prompts]
         params = [
             self.sampling_params(req, req.max_tokens, len(ids), DEFAULT_MAX_TOKENS, req.logprobs)

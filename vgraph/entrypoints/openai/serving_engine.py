@@ -23,9 +23,10 @@ from vgraph.engine.client import EngineDeadError
 from vgraph.engine.input_processor import PromptType
 from vgraph.entrypoints.openai.protocol import APIError, SamplingRequest, StreamOptions, brief
 from vgraph.outputs import CompletionOutput, Logprob, RequestOutput
-from vgraph.sampling_params import SamplingParams
+from vgraph.sampling_params import SamplingParams, SamplingParamsError
 
 SSE_DONE = "data: [DONE]\n\n"
+DEFAULT_MAX_SEQS_PER_REQUEST = 256  # prompts x n of one request (--max-seqs-per-request)
 _DONE = object()
 
 
@@ -59,10 +60,17 @@ class Choice:
 
 
 class OpenAIServing:
-    def __init__(self, engine: AsyncLLM, model_name: str) -> None:
+    def __init__(
+        self,
+        engine: AsyncLLM,
+        model_name: str,
+        max_seqs_per_request: int = DEFAULT_MAX_SEQS_PER_REQUEST,
+    ) -> None:
         self.engine = engine
         self.model_name = model_name
         self.max_model_len = engine.config.model_config.max_model_len
+        self.vocab_size = engine.config.model_config.vocab_size
+        self.max_seqs_per_request = max_seqs_per_request
 
     def response_head(self, id_prefix: str, object_type: str) -> dict[str, Any]:
         """The fields every response body and stream chunk starts with."""
@@ -85,6 +93,18 @@ class OpenAIServing:
         req.check_unsupported()
         if self.engine.is_dead:
             raise APIError(f"the engine is dead: {self.engine.dead_error}", 503, code="engine_dead")
+
+    def check_num_seqs(self, num_prompts: int, n: int) -> None:
+        """One request may ask for at most max_seqs_per_request sequences (prompts x n): each is
+        a sequence in the engine, and a few bytes of JSON must not buy minutes of its time."""
+        if num_prompts * n > self.max_seqs_per_request:
+            raise APIError(
+                f"this request asks for {num_prompts} prompt(s) x n={n} = {num_prompts * n} "
+                f"sequences; at most {self.max_seqs_per_request} are allowed per request "
+                "(--max-seqs-per-request)",
+                param="n",
+                code="too_many_sequences",
+            )
 
     def prepare_prompt(self, prompt: PromptType, param: str) -> tuple[str | None, list[int]]:
         """(text or None, token ids) of a prompt that leaves room to generate; a user's mistake
@@ -120,7 +140,12 @@ class OpenAIServing:
                 f"{max_tokens} in the completion). Reduce the prompt or max_tokens.",
                 param="max_tokens",
             )
-        return req.sampling_params(max_tokens, logprobs)
+        params = req.sampling_params(max_tokens, logprobs)
+        try:
+            params.check_vocab(self.vocab_size)
+        except SamplingParamsError as e:
+            raise APIError(str(e), param=e.field) from None
+        return params
 
     async def generate_all(
         self,
@@ -130,7 +155,7 @@ class OpenAIServing:
     ) -> AsyncIterator[tuple[int, RequestOutput]]:
         """(prompt index, delta output) of every prompt, merged; errors become APIErrors."""
         gens = [
-            self.engine.generate_tokenized(text, ids, p, f"{request_id}-{i}")
+            self.engine.generate_tokenized(text, ids, p, f"{request_id}-{i}", request_id)
             for i, ((text, ids), p) in enumerate(zip(prompts, params))
         ]
         try:
