@@ -116,10 +116,6 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
                 f"a list of at most {MAX_STOP_TOKEN_IDS} token ids >= 0",
             )
 
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
-
     def check_vocab(self, vocab_size: int) -> None:
         """Every token id (and top-n count) these params carry must fit a vocabulary this size;
         out of it, a tensor index in the sampler would fail for the whole batch."""
