@@ -107,11 +107,7 @@ CHAT_FIELDS = {
     "top_logprobs": st.sampled_from([None, 0, 5]),
     "add_generation_prompt": st.booleans(),
 }
-# a lone surrogate in the model name is the HTTP layer's (issue 2: the 404 that echoes it)
-ODD_MODEL = st.one_of(
-    st.sampled_from(["gpt-17", "", "x" * 300, "🦊", None, 5]), st.text(max_size=20)
-)
-MUTATIONS = [*SAMPLING_FIELDS, "logprobs", "prompt", "messages", "no_such_field"]
+MUTATIONS = [*SAMPLING_FIELDS, "logprobs", "prompt", "messages", "model", "no_such_field"]
 
 
 @st.composite
@@ -120,8 +116,8 @@ def bodies(
 ) -> dict[str, Any]:
     body = draw(st.fixed_dictionaries(required, optional=optional))
     for name in draw(st.lists(st.sampled_from(MUTATIONS), max_size=2, unique=True)):
-        if name in required or name in optional or name == "no_such_field":
-            body[name] = draw(ODD_MODEL if name == "model" else ODD)
+        if name in required or name in optional or name in ("model", "no_such_field"):
+            body[name] = draw(ODD)
     # keep the generation small: chat without a token limit would fill the context
     if default_max and "max_tokens" not in body and "max_completion_tokens" not in body:
         body["max_tokens"] = 4

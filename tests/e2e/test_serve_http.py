@@ -269,11 +269,11 @@ def test_sigterm_ends_open_requests_with_openai_errors(
 def test_interrupted_shutdown_is_finished_by_the_next(serve_model_dir: Path) -> None:
     """A shutdown interrupted while it waits for the core (a second Ctrl-C) is completed by the
     next call, so the server's last shutdown returns only once the core process is gone."""
-    from vgraph.config import VGraphConfig
+    from vgraph.engine.arg_utils import create_engine_config
     from vgraph.engine.client import MPClient
 
     client = MPClient(
-        VGraphConfig.create(str(serve_model_dir), max_model_len=256, num_gpu_blocks_override=64)
+        create_engine_config(str(serve_model_dir), max_model_len=256, num_gpu_blocks_override=64)
     )
     proc = client.proc
     join = proc.join
