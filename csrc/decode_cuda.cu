@@ -36,11 +36,42 @@ namespace {
 
 using namespace gemv;  // NOLINT: this file is gemv's only client
 
-// Largest token count for which the GEMV beats the unfused cuBLAS sequence, per op and shape.
-// Measured on an H200 (benchmarks/bench_decode_kernels.py); shapes not measured get 16.
+// Largest token count for which the GEMV beats the unfused sequence (norm kernel, cuBLAS,
+// rope / silu / add kernel), per epilogue and [N, K]. Measured on an H200, bf16, chained inside a
+// CUDA graph with PDL (benchmarks/bench_decode_kernels.py, results in
+// benchmarks/results/2026-12-01-h200-decode-kernels/). The GEMV runs on CUDA cores: its cost grows
+// with the token count (every token is another FMA per weight), cuBLAS's barely does, so the
+// crossover sits at 1-8 tokens. Shapes not measured take the GEMV for one token only.
+struct Threshold {
+  Epilogue e;
+  int64_t n, k, max_tokens;
+};
+constexpr Threshold kThresholds[] = {
+    // SmolLM2-135M
+    {Epilogue::kQkvRope, 960, 576, 8},
+    {Epilogue::kAddResidual, 576, 576, 2},
+    {Epilogue::kSiluMul, 3072, 576, 4},
+    {Epilogue::kAddResidual, 576, 1536, 4},
+    {Epilogue::kStore, 49152, 576, 0},
+    // Llama-3.2-1B
+    {Epilogue::kQkvRope, 3072, 2048, 2},
+    {Epilogue::kAddResidual, 2048, 2048, 2},
+    {Epilogue::kSiluMul, 16384, 2048, 1},
+    {Epilogue::kAddResidual, 2048, 8192, 1},
+    {Epilogue::kStore, 128256, 2048, 2},
+    // Qwen3-0.6B
+    {Epilogue::kQkvRope, 4096, 1024, 2},
+    {Epilogue::kAddResidual, 1024, 2048, 4},
+    {Epilogue::kSiluMul, 6144, 1024, 2},
+    {Epilogue::kAddResidual, 1024, 3072, 2},
+    {Epilogue::kStore, 151936, 1024, 0},
+};
+
 int64_t default_max_gemv_tokens(Epilogue e, int64_t n, int64_t k) {
-  (void)e, (void)n, (void)k;
-  return 16;
+  for (const Threshold& t : kThresholds) {
+    if (t.e == e && t.n == n && t.k == k) return t.max_tokens;
+  }
+  return 1;
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }

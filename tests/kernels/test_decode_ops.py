@@ -207,7 +207,8 @@ def test_cuda_graph_chain_with_pdl_replays_new_inputs(device: str) -> None:
     positions = torch.empty_like(c.positions)
     qkv = torch.empty(num_tokens, c.n_qkv, dtype=dtype, device=device)
     act = torch.empty(num_tokens, c.inter, dtype=dtype, device=device)
-    logits = torch.empty(num_tokens, 4096, dtype=torch.float32, device=device)
+    lm_head = c.w_gu[:4096]  # [<= 4096, hidden]: an LM head slice
+    logits = torch.empty(num_tokens, lm_head.shape[0], dtype=torch.float32, device=device)
 
     def layer() -> None:
         OPS.rms_norm_qkv_rope(qkv, residual, c.norm_w, EPS, c.w_qkv, None, positions, c.cache,
@@ -215,7 +216,7 @@ def test_cuda_graph_chain_with_pdl_replays_new_inputs(device: str) -> None:
         OPS.linear_add_residual(residual, qkv[:, : c.nh * c.hd], c.w_o)
         OPS.rms_norm_gate_up_silu(act, residual, c.norm_w, EPS, c.w_gu)
         OPS.linear_add_residual(residual, act, c.w_down)
-        OPS.linear_out(logits, residual, c.w_gu[:4096])
+        OPS.linear_out(logits, residual, lm_head)
 
     residual.copy_(c.residual), positions.copy_(c.positions)
     layer()  # warm-up outside the capture
@@ -284,3 +285,25 @@ def test_bad_arguments_are_rejected() -> None:
         OPS.linear_add_residual(torch.empty(3, 7), c.attn_x, c.w_o)
     with pytest.raises(RuntimeError, match="out dtype"):
         OPS.linear_out(torch.empty(3, c.inter * 2, dtype=torch.int32), c.hidden_x, c.w_gu)
+
+
+@pytest.mark.parametrize("device", [CUDA])
+def test_cuda_bad_arguments_raise(device: str) -> None:
+    """A rejected CUDA call raises (checked in a child process: a crash must not end the run)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "from vgraph._ext import load_ext\n"
+        "load_ext()\n"
+        "x = torch.randn(4, 576, device='cuda', dtype=torch.bfloat16)\n"
+        "w = torch.randn(3072, 576, device='cuda', dtype=torch.bfloat16)\n"
+        "try:\n"
+        "    torch.ops.vgraph_C.linear_out(torch.empty(4, 4096, device='cuda'), x, w)\n"
+        "except RuntimeError as e:\n"
+        "    print('raised:', str(e).splitlines()[0])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "raised: out must be [4, 3072]" in proc.stdout
