@@ -41,7 +41,7 @@ def test_fused_path_greedy_matches_transformers(
     expected = hf_greedy(folder, prompts, 16)
 
     monkeypatch.setattr(LlamaModel, "use_fused_ops", lambda self, x: True)
-    llm = LLM(str(folder), multiprocess=False, cpu_kv_cache_bytes=1 << 24)
+    llm = LLM(str(folder), device="cpu", multiprocess=False, cpu_kv_cache_bytes=1 << 24)
     params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
     outputs = llm.generate(prompts, params, use_tqdm=False)
     models = [m for m in llm.engine.client.core.runner.model.modules() if isinstance(m, LlamaModel)]
