@@ -12,15 +12,18 @@
 #include "layers_common.h"
 
 namespace vgraph {
+// Internal linkage: this header is compiled by both the host compiler and nvcc, which must not
+// share (merge) one copy of these functions.
+namespace {
 
 // A [num_tokens, K] activation: rows may be strided, last dim contiguous; a 16-bit or float32 dtype.
-inline void check_activation(const at::Tensor& x, const char* name) {
+void check_activation(const at::Tensor& x, const char* name) {
   check_float_dtype(x, name);
   check_rows(x, name, x);
 }
 
 // weight [N, K] contiguous, same dtype and device as x [M, K].
-inline void check_weight(const at::Tensor& weight, const at::Tensor& x, int64_t n) {
+void check_weight(const at::Tensor& weight, const at::Tensor& x, int64_t n) {
   TORCH_CHECK(weight.dim() == 2 && weight.size(1) == x.size(1) && (n < 0 || weight.size(0) == n),
               "weight must be [", n < 0 ? std::string("N") : std::to_string(n), ", K = ", x.size(1),
               "], got ", weight.sizes());
@@ -32,7 +35,7 @@ inline void check_weight(const at::Tensor& weight, const at::Tensor& x, int64_t 
 }
 
 // out [M, N]: x's dtype, or float32 (logits; rounded to x's dtype first).
-inline void check_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
+void check_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
   check_activation(x, "x");
   check_weight(weight, x, -1);
   TORCH_CHECK(out.dim() == 2 && out.size(0) == x.size(0) && out.size(1) == weight.size(0),
@@ -43,7 +46,7 @@ inline void check_linear_out(const at::Tensor& out, const at::Tensor& x, const a
   TORCH_CHECK(out.device() == x.device(), "out is on ", out.device(), ", expected ", x.device());
 }
 
-inline void check_linear_add_residual(const at::Tensor& residual, const at::Tensor& x,
+void check_linear_add_residual(const at::Tensor& residual, const at::Tensor& x,
                                       const at::Tensor& weight) {
   check_activation(x, "x");
   check_weight(weight, x, -1);
@@ -53,13 +56,13 @@ inline void check_linear_add_residual(const at::Tensor& residual, const at::Tens
 }
 
 // hidden [M, K] normalized by norm_weight [K] before the projection.
-inline void check_norm_prologue(const at::Tensor& hidden, const at::Tensor& norm_weight) {
+void check_norm_prologue(const at::Tensor& hidden, const at::Tensor& norm_weight) {
   check_activation(hidden, "hidden");
   TORCH_CHECK(hidden.size(1) > 0, "hidden size must be > 0");
   check_norm_weight(norm_weight, hidden);
 }
 
-inline void check_rms_norm_qkv_rope(const at::Tensor& qkv, const at::Tensor& hidden,
+void check_rms_norm_qkv_rope(const at::Tensor& qkv, const at::Tensor& hidden,
                                     const at::Tensor& norm_weight, const at::Tensor& weight,
                                     const std::optional<at::Tensor>& bias,
                                     const std::optional<at::Tensor>& positions,
@@ -93,7 +96,7 @@ inline void check_rms_norm_qkv_rope(const at::Tensor& qkv, const at::Tensor& hid
   }
 }
 
-inline void check_rms_norm_gate_up_silu(const at::Tensor& out, const at::Tensor& hidden,
+void check_rms_norm_gate_up_silu(const at::Tensor& out, const at::Tensor& hidden,
                                         const at::Tensor& norm_weight, const at::Tensor& weight) {
   check_norm_prologue(hidden, norm_weight);
   check_weight(weight, hidden, -1);
@@ -153,4 +156,5 @@ struct Unfused {
   }
 };
 
+}  // namespace
 }  // namespace vgraph
