@@ -36,6 +36,29 @@ TORCH_LIBRARY(vgraph_C, m) {
       "Tensor cos_sin_cache, bool is_neox) -> ()");
   // input: [num_tokens, 2 * d] = gate | up; out: [num_tokens, d] = silu(gate) * up.
   m.def("silu_and_mul(Tensor(a!) out, Tensor input) -> ()");
+
+  // Fused decode ops (decode_cpu.cpp / decode_cuda.cu): a projection with its neighbours fused in.
+  // x / hidden: [num_tokens, K], rows may be strided; weight: [N, K] contiguous; 16-bit or float32,
+  // float32 accumulation, rounded to the dtype where the unfused layers round. CUDA runs a GEMV
+  // kernel when num_tokens <= max_gemv_tokens (None: a per-shape default from measurements; 0:
+  // never) and cuBLAS otherwise; the CPU always runs the unfused sequence.
+  // out [num_tokens, N] = x W^T, in x's dtype or float32 (logits: rounded to x's dtype first).
+  m.def("linear_out(Tensor(a!) out, Tensor x, Tensor weight, int? max_gemv_tokens=None) -> ()");
+  // residual [num_tokens, N] = (x W^T).to(dtype) + residual, rounded (the residual-stream add).
+  m.def(
+      "linear_add_residual(Tensor(a!) residual, Tensor x, Tensor weight, "
+      "int? max_gemv_tokens=None) -> ()");
+  // qkv [num_tokens, (num_heads + 2 * num_kv_heads) * head_size] = rms_norm(hidden) W^T (+ bias),
+  // then neox RoPE on the q and k heads when positions / cos_sin_cache [max_position, head_size]
+  // are given (rotary over whole heads).
+  m.def(
+      "rms_norm_qkv_rope(Tensor(a!) qkv, Tensor hidden, Tensor norm_weight, float eps, "
+      "Tensor weight, Tensor? bias, Tensor? positions, Tensor? cos_sin_cache, int head_size, "
+      "int num_heads, int num_kv_heads, int? max_gemv_tokens=None) -> ()");
+  // out [num_tokens, I] = silu_and_mul(rms_norm(hidden) W^T), W [2 * I, K] = gate rows | up rows.
+  m.def(
+      "rms_norm_gate_up_silu(Tensor(a!) out, Tensor hidden, Tensor norm_weight, float eps, "
+      "Tensor weight, int? max_gemv_tokens=None) -> ()");
 }
 
 // Lets `import vgraph._C` load the library too (torch.ops.load_library is the usual way).

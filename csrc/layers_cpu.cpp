@@ -10,6 +10,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include "layers.h"
 #include "layers_common.h"
 
 namespace vgraph {
@@ -139,6 +140,18 @@ void silu_and_mul_cpu(at::Tensor& out, const at::Tensor& input) {
 }
 
 }  // namespace
+
+// For the fused decode ops' unfused path (layers.h).
+void CpuOps::rms_norm(at::Tensor& out, const at::Tensor& input, const at::Tensor& weight,
+                      double eps) {
+  rms_norm_cpu(out, input, weight, eps);
+}
+void CpuOps::rotary_embedding(const at::Tensor& positions, at::Tensor& query, at::Tensor& key,
+                              int64_t head_size, const at::Tensor& cos_sin_cache, bool is_neox) {
+  rotary_embedding_cpu(positions, query, key, head_size, cos_sin_cache, is_neox);
+}
+void CpuOps::silu_and_mul(at::Tensor& out, const at::Tensor& input) { silu_and_mul_cpu(out, input); }
+
 }  // namespace vgraph
 
 TORCH_LIBRARY_IMPL(vgraph_C, CPU, m) {

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "layers.h"
 #include "layers_common.h"
 
 namespace vgraph {
@@ -298,6 +299,18 @@ void silu_and_mul_cuda(at::Tensor& out, const at::Tensor& input) {
 }
 
 }  // namespace
+
+// For the fused decode ops' unfused path (layers.h).
+void CudaOps::rms_norm(at::Tensor& out, const at::Tensor& input, const at::Tensor& weight,
+                      double eps) {
+  rms_norm_cuda(out, input, weight, eps);
+}
+void CudaOps::rotary_embedding(const at::Tensor& positions, at::Tensor& query, at::Tensor& key,
+                              int64_t head_size, const at::Tensor& cos_sin_cache, bool is_neox) {
+  rotary_embedding_cuda(positions, query, key, head_size, cos_sin_cache, is_neox);
+}
+void CudaOps::silu_and_mul(at::Tensor& out, const at::Tensor& input) { silu_and_mul_cuda(out, input); }
+
 }  // namespace vgraph
 
 TORCH_LIBRARY_IMPL(vgraph_C, CUDA, m) {

@@ -99,3 +99,35 @@ def _register_fakes() -> None:
     @torch.library.register_fake("vgraph_C::silu_and_mul")
     def _silu_and_mul_fake(out, input) -> None:
         return None
+
+    # The fused decode ops (csrc/decode_*.cpp/.cu) write only their Tensor(a!) argument too.
+    @torch.library.register_fake("vgraph_C::linear_out")
+    def _linear_out_fake(out, x, weight, max_gemv_tokens=None) -> None:
+        return None
+
+    @torch.library.register_fake("vgraph_C::linear_add_residual")
+    def _linear_add_residual_fake(residual, x, weight, max_gemv_tokens=None) -> None:
+        return None
+
+    @torch.library.register_fake("vgraph_C::rms_norm_qkv_rope")
+    def _rms_norm_qkv_rope_fake(
+        qkv,
+        hidden,
+        norm_weight,
+        eps,
+        weight,
+        bias,
+        positions,
+        cos_sin_cache,
+        head_size,
+        num_heads,
+        num_kv_heads,
+        max_gemv_tokens=None,
+    ) -> None:
+        return None
+
+    @torch.library.register_fake("vgraph_C::rms_norm_gate_up_silu")
+    def _rms_norm_gate_up_silu_fake(
+        out, hidden, norm_weight, eps, weight, max_gemv_tokens=None
+    ) -> None:
+        return None

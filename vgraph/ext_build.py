@@ -25,8 +25,23 @@ from vgraph._ext import LIB_PATH
 REPO = Path(__file__).resolve().parents[1]
 CSRC = REPO / "csrc"
 BUILD_ROOT = REPO / "build" / "ext"
-CPU_SOURCES = ["bindings.cpp", "attention_cpu.cpp", "cache_cpu.cpp", "layers_cpu.cpp"]
-CUDA_SOURCES = ["attention_cuda.cu", "cache_cuda.cu", "layers_cuda.cu"]
+CPU_SOURCES = [
+    "bindings.cpp",
+    "attention_cpu.cpp",
+    "cache_cpu.cpp",
+    "layers_cpu.cpp",
+    "decode_cpu.cpp",
+]
+CUDA_SOURCES = [
+    "attention_cuda.cu",
+    "cache_cuda.cu",
+    "layers_cuda.cu",
+    "decode_cuda.cu",
+    "decode_gemv_store.cu",
+    "decode_gemv_residual.cu",
+    "decode_gemv_silu.cu",
+    "decode_gemv_qkv.cu",
+]
 
 
 def cuda_wanted() -> bool:
@@ -68,7 +83,7 @@ def build_flags(with_cuda: bool) -> dict[str, list[str]]:
 
 def fingerprint(sources: list[Path], flags: dict[str, list[str]]) -> str:
     h = hashlib.sha256()
-    for path in sorted(sources) + sorted(CSRC.glob("*.h")):
+    for path in sorted(sources) + sorted(CSRC.glob("*.h")) + sorted(CSRC.glob("*.cuh")):
         h.update(path.name.encode())
         h.update(path.read_bytes())
     h.update(repr(sorted(flags.items())).encode())

@@ -3,6 +3,16 @@
 Inputs are [num_tokens] ids and positions of every request in the step, concatenated; attention
 metadata comes from the ForwardContext. Qwen2 (qkv bias) and Qwen3 (per-head q/k RMSNorm) are the
 same graph with two switches, set by their subclasses.
+
+On CUDA with a CUDA build of vgraph._C that has the fused decode ops, every layer is four fused
+ops around attention, and the residual stream is one tensor that the O and down projections add
+into in place (the values of fused_add_rms_norm, one launch fewer per add):
+  rms_norm_qkv_rope -> attention -> linear_add_residual (O) -> rms_norm_gate_up_silu ->
+  linear_add_residual (down); after the last layer the final RMSNorm, and the LM head is linear_out
+  writing float32 logits. Each op runs GEMV kernels for small token counts and cuBLAS above
+  (decided inside the op, so one traced graph serves every size). The KV-cache write stays in the
+  attention layer's kv_cache_update op: the cache is no tensor of the traced model. Elsewhere (the
+  CPU) the torch code below, the oracle compared with transformers.
 """
 
 from __future__ import annotations
@@ -12,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from vgraph._ext import use_cuda_op
 from vgraph.layers.attention import Attention
 from vgraph.layers.layernorm import RMSNorm
 from vgraph.layers.linear import SiluAndMul, gate_up_linear, plain_linear, qkv_linear
@@ -61,6 +72,35 @@ class LlamaAttention(nn.Module):
         q, k = self.rotary_emb(positions, q, k)
         return self.o_proj(self.attn(q, k, v.contiguous()))
 
+    def forward_fused(self, positions: torch.Tensor, residual: torch.Tensor, norm: RMSNorm) -> None:
+        """residual += o_proj(attn(rope(qkv_proj(norm(residual))))), in place.
+        positions: [T]; residual: [T, hidden_size]."""
+        t = residual.shape[0]
+        qkv = torch.empty(  # [T, q_size + 2 * kv_size]
+            t, self.q_size + 2 * self.kv_size, dtype=residual.dtype, device=residual.device
+        )
+        rope = not self.qk_norm  # Qwen3 normalizes each head before RoPE: separate ops there
+        torch.ops.vgraph_C.rms_norm_qkv_rope(
+            qkv,
+            residual,
+            norm.weight,
+            norm.eps,
+            self.qkv_proj.weight,
+            self.qkv_proj.bias,
+            positions if rope else None,
+            self.rotary_emb.cos_sin_cache if rope else None,
+            self.head_dim,
+            self.num_heads,
+            self.num_kv_heads,
+        )
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        if self.qk_norm:
+            q = self.q_norm(q.reshape(t, -1, self.head_dim)).view(t, self.q_size)
+            k = self.k_norm(k.reshape(t, -1, self.head_dim)).view(t, self.kv_size)
+            q, k = self.rotary_emb(positions, q, k)
+        out = self.attn(q, k, v.contiguous())  # [T, q_size]
+        torch.ops.vgraph_C.linear_add_residual(residual, out, self.o_proj.weight)
+
 
 class LlamaMLP(nn.Module):
     def __init__(self, cfg: dict[str, Any]) -> None:
@@ -73,6 +113,15 @@ class LlamaMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [T, hidden] -> [T, hidden]
         return self.down_proj(self.act_fn(self.gate_up_proj(x)))
+
+    def forward_fused(self, residual: torch.Tensor, norm: RMSNorm) -> None:
+        """residual += down(silu_and_mul(gate_up(norm(residual)))), in place; [T, hidden]."""
+        t, inter = residual.shape[0], self.down_proj.weight.shape[1]
+        act = torch.empty(t, inter, dtype=residual.dtype, device=residual.device)  # [T, I]
+        torch.ops.vgraph_C.rms_norm_gate_up_silu(
+            act, residual, norm.weight, norm.eps, self.gate_up_proj.weight
+        )
+        torch.ops.vgraph_C.linear_add_residual(residual, act, self.down_proj.weight)
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -98,6 +147,11 @@ class LlamaDecoderLayer(nn.Module):
         hidden, residual = self.post_attention_layernorm(hidden, residual)
         return self.mlp(hidden), residual
 
+    def forward_fused(self, positions: torch.Tensor, residual: torch.Tensor) -> None:
+        """One layer on the residual stream [T, hidden_size], in place."""
+        self.self_attn.forward_fused(positions, residual, self.input_layernorm)
+        self.mlp.forward_fused(residual, self.post_attention_layernorm)
+
 
 class LlamaModel(nn.Module):
     def __init__(self, cfg: dict[str, Any], bias: bool, qk_norm: bool) -> None:
@@ -112,9 +166,31 @@ class LlamaModel(nn.Module):
             for i in range(cfg["num_hidden_layers"])
         )
         self.norm = RMSNorm(cfg["hidden_size"], cfg.get("rms_norm_eps", 1e-6))
+        self.fused: bool | None = None  # fused decode ops or torch code; decided at the first call
+
+    def use_fused_ops(self, x: torch.Tensor) -> bool:
+        """The fused decode ops: on CUDA with a build that has them (the CPU keeps the torch code),
+        for the layouts they cover (no bias on the O / gate-up / down projections)."""
+        return (
+            use_cuda_op(x, "rms_norm_qkv_rope")
+            and x.dtype == self.norm.weight.dtype
+            and all(
+                layer.self_attn.o_proj.bias is None
+                and layer.mlp.gate_up_proj.bias is None
+                and layer.mlp.down_proj.bias is None
+                for layer in self.layers
+            )
+        )
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         hidden = self.embed_tokens(input_ids)  # [T, hidden]
+        if self.fused is None:
+            self.fused = self.use_fused_ops(hidden)
+        if self.fused:
+            residual = hidden  # the residual stream: every layer adds into it in place
+            for layer in self.layers:
+                layer.forward_fused(positions, residual)
+            return self.norm(residual)
         residual = None
         for layer in self.layers:
             hidden, residual = layer(positions, hidden, residual)
@@ -142,6 +218,12 @@ class LlamaForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [R, hidden_size] -> float32 logits [R, vocab_size]."""
         weight = self.model.embed_tokens.weight if self.tie_word_embeddings else self.lm_head.weight
+        if self.model.fused:  # one GEMV writing float32 logits (rounded to the dtype first)
+            logits = torch.empty(
+                hidden.shape[0], weight.shape[0], dtype=torch.float32, device=hidden.device
+            )
+            torch.ops.vgraph_C.linear_out(logits, hidden, weight)
+            return logits
         return torch.nn.functional.linear(hidden, weight).float()
 
     def checkpoint_name_map(self, name: str) -> tuple[str, object] | None:

@@ -1,0 +1,243 @@
+"""The fused decode ops on the GPU: each op's GEMV path against the unfused sequence it replaces.
+
+For each shipped config (bf16, random weights, one set per layer so weights stream from HBM as in
+a real step) and token count M, times inside one CUDA graph (CUDA events, warm-up, median of
+replays):
+  - per op, a chain of num_layers calls (one per layer's weights), per call:
+      qkv     rms_norm_qkv_rope     vs fused_add_rms_norm + F.linear(qkv) + rotary_embedding
+      o       linear_add_residual   vs F.linear(o) (its add sits in the next fused_add_rms_norm)
+      gate_up rms_norm_gate_up_silu vs fused_add_rms_norm + F.linear(gate_up) + silu_and_mul
+      down    linear_add_residual   vs F.linear(down)
+      lm_head linear_out (float32)  vs F.linear(lm_head).float()   (one call, not a chain)
+    "gemv" forces the GEMV kernel (max_gemv_tokens=32), "auto" uses the op's per-shape threshold;
+  - the whole layer stack without attention: 4 fused ops per layer vs today's 8 launches.
+Also prints where the GEMV stops paying (the largest M at which it beats the unfused sequence),
+which the per-shape thresholds in csrc/decode_cuda.cu come from. VGRAPH_PDL=0 in the environment
+launches without programmatic dependent launch (for a comparison). Writes JSON to --out.
+
+    python benchmarks/bench_decode_kernels.py --out benchmarks/results/decode_kernels.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from vgraph._ext import ext_unavailable_reason, has_cuda_kernels, load_ext
+
+CONFIGS = ("SmolLM2-135M", "Llama-3.2-1B", "Qwen3-0.6B")
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "vgraph" / "models" / "configs"
+DTYPE = torch.bfloat16
+OPS = torch.ops.vgraph_C if hasattr(torch.ops, "vgraph_C") else None
+EPS = 1e-5
+
+
+def chain(call: Callable[[int], object], num_layers: int) -> Callable[[], None]:
+    """One call per layer, back to back."""
+
+    def step() -> None:
+        for i in range(num_layers):
+            call(i)
+
+    return step
+
+
+def time_graph(step: Callable[[], None], calls: int, replays: int) -> float:
+    """Median microseconds per call of `step` (which issues `calls` ops), captured in one graph."""
+    step()  # warm-up and lazy init outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for _ in range(3):
+        graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(replays):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / calls)
+    del graph
+    return statistics.median(times)
+
+
+class Model:
+    """Per-layer random weights of one config and the step's buffers for up to 32 tokens."""
+
+    def __init__(self, name: str) -> None:
+        cfg = json.loads((CONFIG_DIR / name / "config.json").read_text())
+        self.name = name
+        self.hidden = h = cfg["hidden_size"]
+        self.nh, self.nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+        self.hd = cfg.get("head_dim") or h // self.nh
+        self.inter = i = cfg["intermediate_size"]
+        self.layers = cfg["num_hidden_layers"]
+        self.vocab = cfg["vocab_size"]
+        self.n_qkv = (self.nh + 2 * self.nkv) * self.hd
+        self.qk_norm = "Qwen3" in name
+
+        def w(*shape: int) -> torch.Tensor:
+            return (torch.randn(*shape, device="cuda") * shape[-1] ** -0.5).to(DTYPE)
+
+        self.w_qkv = [w(self.n_qkv, h) for _ in range(self.layers)]
+        self.w_o = [w(h, self.nh * self.hd) for _ in range(self.layers)]
+        self.w_gu = [w(2 * i, h) for _ in range(self.layers)]
+        self.w_down = [w(h, i) for _ in range(self.layers)]
+        self.norm_w = [w(h) + 1 for _ in range(self.layers)]
+        self.w_lm = w(self.vocab, h)
+        self.cos_sin = torch.randn(4096, self.hd, device="cuda")  # float32 [max_pos, hd]
+        self.positions = torch.randint(0, 4096, (32,), device="cuda")
+        self.residual = torch.randn(32, h, device="cuda").to(DTYPE)
+        self.hidden_x = torch.randn(32, h, device="cuda").to(DTYPE)
+        self.attn = torch.randn(32, self.nh * self.hd, device="cuda").to(DTYPE)
+        self.act = torch.randn(32, i, device="cuda").to(DTYPE)
+        self.qkv = torch.empty(32, self.n_qkv, device="cuda", dtype=DTYPE)
+        self.act_out = torch.empty(32, i, device="cuda", dtype=DTYPE)
+        self.logits = torch.empty(32, self.vocab, device="cuda", dtype=torch.float32)
+
+    # ---- one op, fused -----------------------------------------------------------------------
+    def fused(self, op: str, m: int, limit: int | None) -> Callable[[], None]:
+        res, x, pos = self.residual[:m], self.hidden_x[:m], self.positions[:m]
+        rope = not self.qk_norm
+
+        def qkv(layer: int) -> None:
+            OPS.rms_norm_qkv_rope(
+                self.qkv[:m], res, self.norm_w[layer], EPS, self.w_qkv[layer], None,
+                pos if rope else None, self.cos_sin if rope else None, self.hd, self.nh,
+                self.nkv, limit,
+            )  # fmt: skip
+
+        calls = {
+            "qkv": qkv,
+            "o": lambda i: OPS.linear_add_residual(res, self.attn[:m], self.w_o[i], limit),
+            "gate_up": lambda i: OPS.rms_norm_gate_up_silu(
+                self.act_out[:m], res, self.norm_w[i], EPS, self.w_gu[i], limit
+            ),
+            "down": lambda i: OPS.linear_add_residual(res, self.act[:m], self.w_down[i], limit),
+        }
+        if op == "lm_head":
+            return lambda: OPS.linear_out(self.logits[:m], x, self.w_lm, limit)
+        return chain(calls[op], self.layers)
+
+    # ---- the same op, as today's model runs it ---------------------------------------------------
+    def unfused(self, op: str, m: int) -> Callable[[], None]:
+        res, x, pos = self.residual[:m], self.hidden_x[:m], self.positions[:m]
+        h = self.hidden_x[:m].clone()
+
+        def qkv(i: int) -> None:
+            OPS.fused_add_rms_norm(h, res, self.norm_w[i], EPS)
+            y = F.linear(h, self.w_qkv[i])
+            if not self.qk_norm:
+                q, k = (
+                    y[:, : self.nh * self.hd],
+                    y[:, self.nh * self.hd : (self.nh + self.nkv) * self.hd],
+                )
+                OPS.rotary_embedding(pos, q, k, self.hd, self.cos_sin, True)
+
+        def gate_up(i: int) -> None:
+            OPS.fused_add_rms_norm(h, res, self.norm_w[i], EPS)
+            OPS.silu_and_mul(self.act_out[:m], F.linear(h, self.w_gu[i]))
+
+        calls = {
+            "qkv": qkv,
+            "o": lambda i: F.linear(self.attn[:m], self.w_o[i]),
+            "gate_up": gate_up,
+            "down": lambda i: F.linear(self.act[:m], self.w_down[i]),
+        }
+        if op == "lm_head":
+            return lambda: F.linear(x, self.w_lm).float()
+        return chain(calls[op], self.layers)
+
+    # ---- the layer stack without attention ---------------------------------------------------
+    def stack(self, m: int, fused: bool, limit: int | None) -> Callable[[], None]:
+        ops = ("qkv", "o", "gate_up", "down")
+        steps = [self.fused(op, m, limit) if fused else self.unfused(op, m) for op in ops]
+        return chain(lambda i: steps[i](), len(steps))
+
+
+def suggest(rows: list[dict], op: str) -> int:
+    """Largest M (of the measured ones) up to which the GEMV path beats the unfused sequence."""
+    best = 0
+    for r in sorted((r for r in rows if r["op"] == op), key=lambda r: r["m"]):
+        if r["gemv_us"] < r["unfused_us"]:
+            best = r["m"]
+        else:
+            break
+    return best
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", nargs="+", default=list(CONFIGS))
+    parser.add_argument("--tokens", nargs="+", type=int, default=[1, 2, 4, 8, 16, 32])
+    parser.add_argument("--replays", type=int, default=30)
+    parser.add_argument("--out", default="benchmarks/results/decode_kernels.json")
+    args = parser.parse_args()
+    if not (torch.cuda.is_available() and load_ext() and has_cuda_kernels("linear_out")):
+        print(f"needs a GPU and a CUDA build of vgraph._C: {ext_unavailable_reason()}")
+        return 1
+    pdl = os.environ.get("VGRAPH_PDL", "1") != "0"
+    rows, stacks, thresholds = [], [], {}
+    for name in args.configs:
+        model = Model(name)
+        for m in args.tokens:
+            for op in ("qkv", "o", "gate_up", "down", "lm_head"):
+                calls = 1 if op == "lm_head" else model.layers
+                row = {"config": name, "op": op, "m": m}
+                row["gemv_us"] = time_graph(model.fused(op, m, 32), calls, args.replays)
+                row["auto_us"] = time_graph(model.fused(op, m, None), calls, args.replays)
+                row["unfused_us"] = time_graph(model.unfused(op, m), calls, args.replays)
+                rows.append(row)
+            s = {"config": name, "m": m, "layers": model.layers}
+            s["fused_us"] = time_graph(model.stack(m, True, None), 1, args.replays)
+            s["gemv_us"] = time_graph(model.stack(m, True, 32), 1, args.replays)
+            s["unfused_us"] = time_graph(model.stack(m, False, None), 1, args.replays)
+            stacks.append(s)
+        thresholds[name] = {op: suggest([r for r in rows if r["config"] == name], op)
+                            for op in ("qkv", "o", "gate_up", "down", "lm_head")}  # fmt: skip
+        del model
+        torch.cuda.empty_cache()
+
+    print(f"\nper call, us (median of {args.replays} graph replays; PDL {'on' if pdl else 'off'})")
+    print(f"{'config':14} {'op':8} {'M':>3} {'gemv':>8} {'auto':>8} {'unfused':>8} {'x':>6}")
+    for r in rows:
+        print(f"{r['config']:14} {r['op']:8} {r['m']:3d} {r['gemv_us']:8.2f} {r['auto_us']:8.2f} "
+              f"{r['unfused_us']:8.2f} {r['unfused_us'] / r['gemv_us']:6.2f}")  # fmt: skip
+    print("\nlayer stack without attention, us per step")
+    print(f"{'config':14} {'M':>3} {'fused':>8} {'gemv':>8} {'unfused':>8}")
+    for s in stacks:
+        print(f"{s['config']:14} {s['m']:3d} {s['fused_us']:8.1f} {s['gemv_us']:8.1f} "
+              f"{s['unfused_us']:8.1f}")  # fmt: skip
+    print("\nlargest M at which the GEMV wins:", json.dumps(thresholds))
+    result = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "pdl": pdl,
+        "dtype": str(DTYPE),
+        "ops": rows,
+        "stacks": stacks,
+        "gemv_wins_up_to": thresholds,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

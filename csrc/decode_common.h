@@ -1,0 +1,160 @@
+// The fused decode ops (linear_out, linear_add_residual, rms_norm_qkv_rope,
+// rms_norm_gate_up_silu): argument checks shared by the CPU and CUDA impls, and their unfused
+// path (norm kernel, library GEMM, rope / silu kernel), which the CPU always takes and CUDA takes
+// above the GEMV token threshold. Host code only.
+#pragma once
+
+#include <optional>
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include "layers_common.h"
+
+namespace vgraph {
+// Internal linkage: this header is compiled by both the host compiler and nvcc, which must not
+// share (merge) one copy of these functions.
+namespace {
+
+// A [num_tokens, K] activation: rows may be strided, last dim contiguous; a 16-bit or float32 dtype.
+void check_activation(const at::Tensor& x, const char* name) {
+  check_float_dtype(x, name);
+  check_rows(x, name, x);
+}
+
+// weight [N, K] contiguous, same dtype and device as x [M, K].
+void check_weight(const at::Tensor& weight, const at::Tensor& x, int64_t n) {
+  TORCH_CHECK(weight.dim() == 2 && weight.size(1) == x.size(1) && (n < 0 || weight.size(0) == n),
+              "weight must be [", n < 0 ? std::string("N") : std::to_string(n), ", K = ", x.size(1),
+              "], got ", weight.sizes());
+  TORCH_CHECK(weight.is_contiguous(), "weight must be contiguous");
+  TORCH_CHECK(weight.scalar_type() == x.scalar_type(), "weight dtype ", weight.scalar_type(),
+              " != input dtype ", x.scalar_type());
+  TORCH_CHECK(weight.device() == x.device(), "weight is on ", weight.device(), ", expected ",
+              x.device());
+}
+
+// out [M, N]: x's dtype, or float32 (logits; rounded to x's dtype first).
+void check_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
+  check_activation(x, "x");
+  check_weight(weight, x, -1);
+  TORCH_CHECK(out.dim() == 2 && out.size(0) == x.size(0) && out.size(1) == weight.size(0),
+              "out must be [", x.size(0), ", ", weight.size(0), "], got ", out.sizes());
+  TORCH_CHECK(out.scalar_type() == x.scalar_type() || out.scalar_type() == at::kFloat,
+              "out dtype must be ", x.scalar_type(), " or float32, got ", out.scalar_type());
+  TORCH_CHECK(out.size(1) == 0 || out.stride(1) == 1, "out must have a contiguous last dim");
+  TORCH_CHECK(out.device() == x.device(), "out is on ", out.device(), ", expected ", x.device());
+}
+
+void check_linear_add_residual(const at::Tensor& residual, const at::Tensor& x,
+                                      const at::Tensor& weight) {
+  check_activation(x, "x");
+  check_weight(weight, x, -1);
+  check_rows(residual, "residual", x);
+  TORCH_CHECK(residual.size(0) == x.size(0) && residual.size(1) == weight.size(0),
+              "residual must be [", x.size(0), ", ", weight.size(0), "], got ", residual.sizes());
+}
+
+// hidden [M, K] normalized by norm_weight [K] before the projection.
+void check_norm_prologue(const at::Tensor& hidden, const at::Tensor& norm_weight) {
+  check_activation(hidden, "hidden");
+  TORCH_CHECK(hidden.size(1) > 0, "hidden size must be > 0");
+  check_norm_weight(norm_weight, hidden);
+}
+
+void check_rms_norm_qkv_rope(const at::Tensor& qkv, const at::Tensor& hidden,
+                                    const at::Tensor& norm_weight, const at::Tensor& weight,
+                                    const std::optional<at::Tensor>& bias,
+                                    const std::optional<at::Tensor>& positions,
+                                    const std::optional<at::Tensor>& cos_sin_cache,
+                                    int64_t head_size, int64_t num_heads, int64_t num_kv_heads) {
+  check_norm_prologue(hidden, norm_weight);
+  TORCH_CHECK(head_size > 0 && head_size % 2 == 0, "head_size must be even and > 0, got ",
+              head_size);
+  TORCH_CHECK(num_heads > 0 && num_kv_heads > 0, "num_heads / num_kv_heads must be > 0, got ",
+              num_heads, " / ", num_kv_heads);
+  const int64_t n = (num_heads + 2 * num_kv_heads) * head_size;
+  check_weight(weight, hidden, n);
+  check_rows(qkv, "qkv", hidden);
+  TORCH_CHECK(qkv.size(0) == hidden.size(0) && qkv.size(1) == n, "qkv must be [", hidden.size(0),
+              ", ", n, "], got ", qkv.sizes());
+  if (bias) {
+    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == n && bias->is_contiguous(),
+                "bias must be contiguous [", n, "], got ", bias->sizes());
+    TORCH_CHECK(bias->scalar_type() == hidden.scalar_type() && bias->device() == hidden.device(),
+                "bias must have hidden's dtype and device");
+  }
+  TORCH_CHECK(positions.has_value() == cos_sin_cache.has_value(),
+              "positions and cos_sin_cache come together (both or neither)");
+  if (cos_sin_cache) {
+    TORCH_CHECK(cos_sin_cache->dim() == 2 && cos_sin_cache->size(1) == head_size,
+                "cos_sin_cache must be [max_position, head_size = ", head_size,
+                "] (rotary over the whole head), got ", cos_sin_cache->sizes());
+    const at::Tensor q = qkv.narrow(1, 0, num_heads * head_size);
+    const at::Tensor k = qkv.narrow(1, num_heads * head_size, num_kv_heads * head_size);
+    check_rotary_embedding(*positions, q, k, head_size, *cos_sin_cache, true);
+  }
+}
+
+void check_rms_norm_gate_up_silu(const at::Tensor& out, const at::Tensor& hidden,
+                                        const at::Tensor& norm_weight, const at::Tensor& weight) {
+  check_norm_prologue(hidden, norm_weight);
+  check_weight(weight, hidden, -1);
+  TORCH_CHECK(weight.size(0) % 2 == 0, "weight rows ", weight.size(0),
+              " must be even (gate rows, then up rows)");
+  check_rows(out, "out", hidden);
+  TORCH_CHECK(out.size(0) == hidden.size(0) && out.size(1) == weight.size(0) / 2, "out must be [",
+              hidden.size(0), ", ", weight.size(0) / 2, "], got ", out.sizes());
+}
+
+// The unfused path: the device's layer ops around at::mm. Ops is CpuOps or CudaOps (layers.h).
+template <typename Ops>
+struct Unfused {
+  static void linear_out(at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
+    if (out.scalar_type() == x.scalar_type()) {
+      at::mm_out(out, x, weight.t());
+    } else {
+      out.copy_(at::mm(x, weight.t()));  // rounded to x's dtype, then widened
+    }
+  }
+
+  static void linear_add_residual(at::Tensor& residual, const at::Tensor& x,
+                                  const at::Tensor& weight) {
+    residual.add_(at::mm(x, weight.t()));  // (round(x W^T) + residual), rounded once
+  }
+
+  static at::Tensor norm(const at::Tensor& hidden, const at::Tensor& norm_weight, double eps) {
+    at::Tensor normed = at::empty(hidden.sizes(), hidden.options());  // [M, K]
+    Ops::rms_norm(normed, hidden, norm_weight, eps);
+    return normed;
+  }
+
+  static void rms_norm_qkv_rope(at::Tensor& qkv, const at::Tensor& hidden,
+                                const at::Tensor& norm_weight, double eps,
+                                const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                                const std::optional<at::Tensor>& positions,
+                                const std::optional<at::Tensor>& cos_sin_cache, int64_t head_size,
+                                int64_t num_heads, int64_t num_kv_heads) {
+    const at::Tensor normed = norm(hidden, norm_weight, eps);
+    if (bias) {
+      at::addmm_out(qkv, *bias, normed, weight.t());
+    } else {
+      at::mm_out(qkv, normed, weight.t());
+    }
+    if (positions) {
+      at::Tensor q = qkv.narrow(1, 0, num_heads * head_size);
+      at::Tensor k = qkv.narrow(1, num_heads * head_size, num_kv_heads * head_size);
+      Ops::rotary_embedding(*positions, q, k, head_size, *cos_sin_cache, true);
+    }
+  }
+
+  static void rms_norm_gate_up_silu(at::Tensor& out, const at::Tensor& hidden,
+                                    const at::Tensor& norm_weight, double eps,
+                                    const at::Tensor& weight) {
+    const at::Tensor gate_up = at::mm(norm(hidden, norm_weight, eps), weight.t());  // [M, 2I]
+    Ops::silu_and_mul(out, gate_up);
+  }
+};
+
+}  // namespace
+}  // namespace vgraph

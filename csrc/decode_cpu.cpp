@@ -1,0 +1,56 @@
+// The fused decode ops on the CPU: their unfused path (decode_common.h) over the CPU layer ops and
+// at::mm, so CI runs the model code that calls them. The CUDA twin (decode_cuda.cu) computes the
+// same function with GEMV kernels for small token counts.
+#include <optional>
+
+#include <torch/library.h>
+
+#include "decode_common.h"
+#include "layers.h"
+
+namespace vgraph {
+namespace {
+
+using CpuPath = Unfused<CpuOps>;
+
+void linear_out_cpu(at::Tensor& out, const at::Tensor& x, const at::Tensor& weight,
+                    std::optional<int64_t> /*max_gemv_tokens*/) {
+  check_linear_out(out, x, weight);
+  CpuPath::linear_out(out, x, weight);
+}
+
+void linear_add_residual_cpu(at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight,
+                             std::optional<int64_t> /*max_gemv_tokens*/) {
+  check_linear_add_residual(residual, x, weight);
+  CpuPath::linear_add_residual(residual, x, weight);
+}
+
+void rms_norm_qkv_rope_cpu(at::Tensor& qkv, const at::Tensor& hidden,
+                           const at::Tensor& norm_weight, double eps, const at::Tensor& weight,
+                           const std::optional<at::Tensor>& bias,
+                           const std::optional<at::Tensor>& positions,
+                           const std::optional<at::Tensor>& cos_sin_cache, int64_t head_size,
+                           int64_t num_heads, int64_t num_kv_heads,
+                           std::optional<int64_t> /*max_gemv_tokens*/) {
+  check_rms_norm_qkv_rope(qkv, hidden, norm_weight, weight, bias, positions, cos_sin_cache,
+                          head_size, num_heads, num_kv_heads);
+  CpuPath::rms_norm_qkv_rope(qkv, hidden, norm_weight, eps, weight, bias, positions,
+                             cos_sin_cache, head_size, num_heads, num_kv_heads);
+}
+
+void rms_norm_gate_up_silu_cpu(at::Tensor& out, const at::Tensor& hidden,
+                               const at::Tensor& norm_weight, double eps, const at::Tensor& weight,
+                               std::optional<int64_t> /*max_gemv_tokens*/) {
+  check_rms_norm_gate_up_silu(out, hidden, norm_weight, weight);
+  CpuPath::rms_norm_gate_up_silu(out, hidden, norm_weight, eps, weight);
+}
+
+}  // namespace
+}  // namespace vgraph
+
+TORCH_LIBRARY_IMPL(vgraph_C, CPU, m) {
+  m.impl("linear_out", &vgraph::linear_out_cpu);
+  m.impl("linear_add_residual", &vgraph::linear_add_residual_cpu);
+  m.impl("rms_norm_qkv_rope", &vgraph::rms_norm_qkv_rope_cpu);
+  m.impl("rms_norm_gate_up_silu", &vgraph::rms_norm_gate_up_silu_cpu);
+}

@@ -1,0 +1,211 @@
+// The fused decode ops on CUDA (the GEMV kernel itself: decode_gemv.h / .cuh): one GEMV kernel on CUDA cores for num_tokens <= a per-shape
+// threshold (at most kMaxGemvTokens), with the op's neighbours fused in as a prologue (RMSNorm) and
+// an epilogue (store / residual add / SiLU-mul / bias + RoPE); above the threshold, for float32 and
+// for unaligned inputs, the unfused sequence (decode_common.h: norm kernel, cuBLAS, rope / silu).
+//
+// Kernel shape: a CTA of 128 threads computes kRows = 2 output rows (a row pair for the paired
+// epilogues: gate row i with up row I + i; rotate-half partners j and j + head_size / 2 of a head)
+// for every token. All 128 threads split K (16-byte vectors, so no cross-CTA split-K and no second
+// launch), each keeps its first kPreload weight vectors of both rows in registers, loaded BEFORE
+// `griddepcontrol.wait`: launched with programmatic stream serialization (PDL), the weight stream
+// overlaps the previous kernel's tail. Activations are read after the wait (L1/L2 hits, every CTA
+// reads the same [M, K]); fp32 accumulation; a warp-shuffle + shared-memory reduction; thread m
+// writes token m's two outputs. The grid depends only on N, the block on nothing, the template on
+// the padded token count: graph-safe. Numerics: every rounding point of the unfused layers is kept
+// (normed = (x * inv_rms).to(dtype), weight * normed rounded, projection rounded, then the
+// epilogue in float32 rounded once), so results differ from the unfused path only by fp32
+// summation order.
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/macros/Macros.h>
+#include <torch/library.h>
+
+#include "decode_common.h"
+#include "decode_gemv.h"
+#include "layers.h"
+
+namespace vgraph {
+namespace {
+
+using namespace gemv;  // NOLINT: this file is gemv's only client
+
+// Largest token count for which the GEMV beats the unfused sequence (norm kernel, cuBLAS,
+// rope / silu / add kernel), per epilogue and [N, K]. Measured on an H200, bf16, chained inside a
+// CUDA graph with PDL (benchmarks/bench_decode_kernels.py, results in
+// benchmarks/results/2026-12-01-h200-decode-kernels/). The GEMV runs on CUDA cores: its cost grows
+// with the token count (every token is another FMA per weight), cuBLAS's barely does, so the
+// crossover sits at 1-8 tokens. Shapes not measured take the GEMV for one token only.
+struct Threshold {
+  Epilogue e;
+  int64_t n, k, max_tokens;
+};
+constexpr Threshold kThresholds[] = {
+    // SmolLM2-135M
+    {Epilogue::kQkvRope, 960, 576, 8},
+    {Epilogue::kAddResidual, 576, 576, 2},
+    {Epilogue::kSiluMul, 3072, 576, 4},
+    {Epilogue::kAddResidual, 576, 1536, 4},
+    {Epilogue::kStore, 49152, 576, 0},
+    // Llama-3.2-1B
+    {Epilogue::kQkvRope, 3072, 2048, 2},
+    {Epilogue::kAddResidual, 2048, 2048, 2},
+    {Epilogue::kSiluMul, 16384, 2048, 1},
+    {Epilogue::kAddResidual, 2048, 8192, 1},
+    {Epilogue::kStore, 128256, 2048, 2},
+    // Qwen3-0.6B
+    {Epilogue::kQkvRope, 4096, 1024, 2},
+    {Epilogue::kAddResidual, 1024, 2048, 4},
+    {Epilogue::kSiluMul, 6144, 1024, 2},
+    {Epilogue::kAddResidual, 1024, 3072, 2},
+    {Epilogue::kStore, 151936, 1024, 0},
+};
+
+int64_t default_max_gemv_tokens(Epilogue e, int64_t n, int64_t k) {
+  for (const Threshold& t : kThresholds) {
+    if (t.e == e && t.n == n && t.k == k) return t.max_tokens;
+  }
+  return 1;
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Whether the GEMV kernel takes this call (else the unfused path does).
+bool use_gemv(Epilogue e, const at::Tensor& x, const at::Tensor& weight,
+              const at::Tensor* norm_weight, std::optional<int64_t> max_gemv_tokens) {
+  const int64_t m = x.size(0), n = weight.size(0), k = x.size(1);
+  const int64_t limit = max_gemv_tokens.value_or(default_max_gemv_tokens(e, n, k));
+  const auto dt = x.scalar_type();
+  return m >= 1 && m <= std::min<int64_t>(limit, kMaxGemvTokens) &&
+         (dt == at::kHalf || dt == at::kBFloat16) && k % 8 == 0 && x.stride(0) % 8 == 0 &&
+         aligned16(x.data_ptr()) && aligned16(weight.data_ptr()) &&
+         (norm_weight == nullptr || aligned16(norm_weight->data_ptr())) && n < (1LL << 31) &&
+         k < (1LL << 31);
+}
+
+template <typename T>
+GemvArgs<T> base_args(const at::Tensor& x, const at::Tensor& weight) {
+  GemvArgs<T> a = {};
+  a.x = static_cast<const T*>(x.data_ptr());
+  a.x_stride = x.stride(0);
+  a.weight = static_cast<const T*>(weight.data_ptr());
+  a.num_tokens = static_cast<int>(x.size(0));
+  a.K = static_cast<int>(x.size(1));
+  a.N = static_cast<int>(weight.size(0));
+  return a;
+}
+
+#define VGRAPH_DISPATCH_16BIT(TYPE, NAME, ...)                   \
+  AT_DISPATCH_SWITCH(TYPE, NAME, AT_DISPATCH_CASE(at::kHalf, __VA_ARGS__) \
+                                     AT_DISPATCH_CASE(at::kBFloat16, __VA_ARGS__))
+
+using CudaPath = Unfused<CudaOps>;
+
+void linear_out_cuda(at::Tensor& out, const at::Tensor& x, const at::Tensor& weight,
+                     std::optional<int64_t> max_gemv_tokens) {
+  check_linear_out(out, x, weight);
+  if (x.size(0) == 0 || weight.size(0) == 0) return;
+  const c10::cuda::CUDAGuard guard(x.device());
+  if (!use_gemv(Epilogue::kStore, x, weight, nullptr, max_gemv_tokens)) {
+    return CudaPath::linear_out(out, x, weight);
+  }
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  VGRAPH_DISPATCH_16BIT(x.scalar_type(), "linear_out_cuda", [&] {
+    GemvArgs<scalar_t> a = base_args<scalar_t>(x, weight);
+    a.out = out.data_ptr();
+    a.out_stride = out.stride(0);
+    a.out_float = out.scalar_type() == at::kFloat;
+    launch_gemv<scalar_t, Epilogue::kStore>(a, (a.N + kRows - 1) / kRows, stream);
+  });
+}
+
+void linear_add_residual_cuda(at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight,
+                              std::optional<int64_t> max_gemv_tokens) {
+  check_linear_add_residual(residual, x, weight);
+  if (x.size(0) == 0 || weight.size(0) == 0) return;
+  const c10::cuda::CUDAGuard guard(x.device());
+  if (!use_gemv(Epilogue::kAddResidual, x, weight, nullptr, max_gemv_tokens)) {
+    return CudaPath::linear_add_residual(residual, x, weight);
+  }
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  VGRAPH_DISPATCH_16BIT(x.scalar_type(), "linear_add_residual_cuda", [&] {
+    GemvArgs<scalar_t> a = base_args<scalar_t>(x, weight);
+    a.residual = static_cast<scalar_t*>(residual.data_ptr());
+    a.res_stride = residual.stride(0);
+    launch_gemv<scalar_t, Epilogue::kAddResidual>(a, (a.N + kRows - 1) / kRows, stream);
+  });
+}
+
+void rms_norm_qkv_rope_cuda(at::Tensor& qkv, const at::Tensor& hidden,
+                            const at::Tensor& norm_weight, double eps, const at::Tensor& weight,
+                            const std::optional<at::Tensor>& bias,
+                            const std::optional<at::Tensor>& positions,
+                            const std::optional<at::Tensor>& cos_sin_cache, int64_t head_size,
+                            int64_t num_heads, int64_t num_kv_heads,
+                            std::optional<int64_t> max_gemv_tokens) {
+  check_rms_norm_qkv_rope(qkv, hidden, norm_weight, weight, bias, positions, cos_sin_cache,
+                          head_size, num_heads, num_kv_heads);
+  if (hidden.size(0) == 0) return;
+  const c10::cuda::CUDAGuard guard(hidden.device());
+  if (!use_gemv(Epilogue::kQkvRope, hidden, weight, &norm_weight, max_gemv_tokens)) {
+    return CudaPath::rms_norm_qkv_rope(qkv, hidden, norm_weight, eps, weight, bias, positions,
+                                       cos_sin_cache, head_size, num_heads, num_kv_heads);
+  }
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  VGRAPH_DISPATCH_16BIT(hidden.scalar_type(), "rms_norm_qkv_rope_cuda", [&] {
+    GemvArgs<scalar_t> a = base_args<scalar_t>(hidden, weight);
+    a.norm_weight = static_cast<const scalar_t*>(norm_weight.data_ptr());
+    a.eps = static_cast<float>(eps);
+    a.out = qkv.data_ptr();
+    a.out_stride = qkv.stride(0);
+    a.bias = bias ? static_cast<const scalar_t*>(bias->data_ptr()) : nullptr;
+    a.head_size = static_cast<int>(head_size);
+    a.rope_heads = static_cast<int>(num_heads + num_kv_heads);
+    if (positions) {
+      if (positions->scalar_type() == at::kLong) {
+        a.pos64 = positions->data_ptr<int64_t>();
+      } else {
+        a.pos32 = positions->data_ptr<int32_t>();
+      }
+      a.cos_sin = cos_sin_cache->data_ptr<float>();
+      a.max_position = static_cast<int>(cos_sin_cache->size(0));
+    }
+    launch_gemv<scalar_t, Epilogue::kQkvRope>(a, a.N / 2, stream);
+  });
+}
+
+void rms_norm_gate_up_silu_cuda(at::Tensor& out, const at::Tensor& hidden,
+                                const at::Tensor& norm_weight, double eps,
+                                const at::Tensor& weight, std::optional<int64_t> max_gemv_tokens) {
+  check_rms_norm_gate_up_silu(out, hidden, norm_weight, weight);
+  if (hidden.size(0) == 0 || weight.size(0) == 0) return;
+  const c10::cuda::CUDAGuard guard(hidden.device());
+  if (!use_gemv(Epilogue::kSiluMul, hidden, weight, &norm_weight, max_gemv_tokens)) {
+    return CudaPath::rms_norm_gate_up_silu(out, hidden, norm_weight, eps, weight);
+  }
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  VGRAPH_DISPATCH_16BIT(hidden.scalar_type(), "rms_norm_gate_up_silu_cuda", [&] {
+    GemvArgs<scalar_t> a = base_args<scalar_t>(hidden, weight);
+    a.norm_weight = static_cast<const scalar_t*>(norm_weight.data_ptr());
+    a.eps = static_cast<float>(eps);
+    a.out = out.data_ptr();
+    a.out_stride = out.stride(0);
+    launch_gemv<scalar_t, Epilogue::kSiluMul>(a, a.N / 2, stream);
+  });
+}
+
+}  // namespace
+}  // namespace vgraph
+
+TORCH_LIBRARY_IMPL(vgraph_C, CUDA, m) {
+  m.impl("linear_out", &vgraph::linear_out_cuda);
+  m.impl("linear_add_residual", &vgraph::linear_add_residual_cuda);
+  m.impl("rms_norm_qkv_rope", &vgraph::rms_norm_qkv_rope_cuda);
+  m.impl("rms_norm_gate_up_silu", &vgraph::rms_norm_gate_up_silu_cuda);
+}

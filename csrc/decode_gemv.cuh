@@ -1,0 +1,309 @@
+// Definitions of the GEMV kernel declared in decode_gemv.h (see decode_cuda.cu for its design).
+// Included only by the decode_gemv_*.cu files, each instantiating one epilogue.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+
+#include <c10/cuda/CUDAException.h>
+#include <c10/macros/Macros.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include "decode_gemv.h"
+
+namespace vgraph {
+namespace gemv {
+
+// ---- PTX helpers (sm_90) -----------------------------------------------------------------------
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+// Weights are streamed once: read-only path, no L1 allocation. Volatile keeps it before the wait.
+__device__ __forceinline__ uint4 load_stream(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// ---- 16-bit <-> float, two at a time -----------------------------------------------------------
+template <typename T>
+struct Pack;
+
+template <>
+struct Pack<c10::BFloat16> {
+  static __device__ __forceinline__ float2 unpack(uint32_t w) {
+    return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+  }
+  // Round both to bfloat16 (nearest even, one cvt) and back to float.
+  static __device__ __forceinline__ float2 round(float2 f) {
+    const __nv_bfloat162 h = __float22bfloat162_rn(f);
+    return unpack(*reinterpret_cast<const uint32_t*>(&h));
+  }
+};
+
+template <>
+struct Pack<c10::Half> {
+  static __device__ __forceinline__ float2 unpack(uint32_t w) {
+    return __half22float2(*reinterpret_cast<const __half2*>(&w));
+  }
+  static __device__ __forceinline__ float2 round(float2 f) {
+    return __half22float2(__float22half2_rn(f));
+  }
+};
+
+template <typename T>
+__device__ __forceinline__ void unpack8(const uint4& v, float* f) {
+  const float2 a = Pack<T>::unpack(v.x), b = Pack<T>::unpack(v.y);
+  const float2 c = Pack<T>::unpack(v.z), d = Pack<T>::unpack(v.w);
+  f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y, f[4] = c.x, f[5] = c.y, f[6] = d.x, f[7] = d.y;
+}
+
+template <typename T>
+__device__ __forceinline__ float round1(float v) {
+  return static_cast<float>(static_cast<T>(v));
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// ---- the kernel --------------------------------------------------------------------------------
+template <typename T, int MT, Epilogue E>
+__global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
+  constexpr int VEC = 8;  // 16 bytes of a 16-bit dtype
+  constexpr bool kNorm = E == Epilogue::kSiluMul || E == Epilogue::kQkvRope;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int num_vecs = a.K / VEC;
+  const int m_count = a.num_tokens;
+
+  // 1. This CTA's rows.
+  int row[kRows];
+  if constexpr (E == Epilogue::kSiluMul) {
+    row[0] = blockIdx.x, row[1] = blockIdx.x + a.N / 2;  // gate i, up i
+  } else if constexpr (E == Epilogue::kQkvRope) {
+    const int half = a.head_size / 2, head = blockIdx.x / half, j = blockIdx.x - head * half;
+    row[0] = head * a.head_size + j, row[1] = row[0] + half;  // rotate-half partners
+  } else {
+    row[0] = blockIdx.x * kRows, row[1] = row[0] + 1;
+  }
+  const bool valid1 = row[1] < a.N;  // only the last CTA of an odd N has one row
+  const uint4* w_row[kRows] = {
+      reinterpret_cast<const uint4*>(a.weight + static_cast<int64_t>(row[0]) * a.K),
+      reinterpret_cast<const uint4*>(a.weight + static_cast<int64_t>(valid1 ? row[1] : row[0]) * a.K)};
+
+  // 2. The first weight chunk: independent of earlier kernels, so before the wait.
+  uint4 w[kRows][kPreload];
+  auto load_chunk = [&](int base) {
+#pragma unroll
+    for (int v = 0; v < kPreload; ++v) {
+      const int k = base + v * kThreads + tid;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) w[r][v] = k < num_vecs ? load_stream(w_row[r] + k) : uint4{};
+    }
+  };
+  load_chunk(0);
+  pdl_launch_dependents();
+  pdl_wait();  // everything below may read what the previous kernel wrote
+
+  // 3. RMSNorm prologue: 1 / rms of each token's row, reduced over the CTA.
+  float inv_rms[MT];
+  if constexpr (kNorm) {
+    __shared__ float s_sq[kWarps][MT];
+    float sq[MT];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) sq[m] = 0.f;
+    for (int k = tid; k < num_vecs; k += kThreads) {
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        if (m < m_count) {
+          float f[VEC];
+          unpack8<T>(*reinterpret_cast<const uint4*>(a.x + m * a.x_stride + k * VEC), f);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) sq[m] = fmaf(f[i], f[i], sq[m]);
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      const float s = warp_sum(sq[m]);
+      if (lane == 0) s_sq[warp][m] = s;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      float s = 0.f;
+#pragma unroll
+      for (int i = 0; i < kWarps; ++i) s += s_sq[i][m];
+      inv_rms[m] = rsqrtf(s / static_cast<float>(a.K) + a.eps);
+    }
+  }
+
+  // 4. Dot products, fp32 accumulation.
+  float acc[kRows][MT];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int m = 0; m < MT; ++m) acc[r][m] = 0.f;
+  }
+  auto compute_chunk = [&](int base) {
+#pragma unroll
+    for (int v = 0; v < kPreload; ++v) {
+      const int k = base + v * kThreads + tid;
+      if (k >= num_vecs) break;
+      float wf[kRows][VEC];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) unpack8<T>(w[r][v], wf[r]);
+      float nw[VEC];
+      if constexpr (kNorm) unpack8<T>(*reinterpret_cast<const uint4*>(a.norm_weight + k * VEC), nw);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        if (m < m_count) {
+          float xf[VEC];
+          unpack8<T>(*reinterpret_cast<const uint4*>(a.x + m * a.x_stride + k * VEC), xf);
+          if constexpr (kNorm) {  // weight * (x * inv_rms).to(dtype), rounded: RMSNorm's points
+#pragma unroll
+            for (int i = 0; i < VEC; i += 2) {
+              const float2 n = Pack<T>::round(make_float2(xf[i] * inv_rms[m], xf[i + 1] * inv_rms[m]));
+              const float2 y = Pack<T>::round(make_float2(nw[i] * n.x, nw[i + 1] * n.y));
+              xf[i] = y.x, xf[i + 1] = y.y;
+            }
+          }
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) acc[r][m] = fmaf(wf[r][i], xf[i], acc[r][m]);
+          }
+        }
+      }
+    }
+  };
+  compute_chunk(0);
+  for (int base = kPreload * kThreads; base < num_vecs; base += kPreload * kThreads) {
+    load_chunk(base);
+    compute_chunk(base);
+  }
+
+  // 5. Reduce over the CTA: warp shuffles, then one shared-memory row per warp.
+  __shared__ float s_acc[kWarps][kRows][MT];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      const float s = warp_sum(acc[r][m]);
+      if (lane == 0) s_acc[warp][r][m] = s;
+    }
+  }
+  __syncthreads();
+  if (tid >= m_count) return;
+
+  // 6. Epilogue: thread m writes token m's outputs.
+  const int m = tid;
+  float y[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < kWarps; ++i) s += s_acc[i][r][m];
+    y[r] = s;
+  }
+  if constexpr (E == Epilogue::kStore) {
+    if (a.out_float) {
+      float* o = static_cast<float*>(a.out) + m * a.out_stride;
+      o[row[0]] = round1<T>(y[0]);
+      if (valid1) o[row[1]] = round1<T>(y[1]);
+    } else {
+      T* o = static_cast<T*>(a.out) + m * a.out_stride;
+      o[row[0]] = static_cast<T>(y[0]);
+      if (valid1) o[row[1]] = static_cast<T>(y[1]);
+    }
+  } else if constexpr (E == Epilogue::kAddResidual) {
+    T* res = a.residual + m * a.res_stride;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (r == 0 || valid1) {
+        res[row[r]] = static_cast<T>(round1<T>(y[r]) + static_cast<float>(res[row[r]]));
+      }
+    }
+  } else if constexpr (E == Epilogue::kSiluMul) {
+    const float g = round1<T>(y[0]), u = round1<T>(y[1]);
+    const float act = round1<T>(g / (1.f + expf(-g)));
+    static_cast<T*>(a.out)[m * a.out_stride + row[0]] = static_cast<T>(act * u);
+  } else {  // kQkvRope
+    float y0 = a.bias ? y[0] + static_cast<float>(a.bias[row[0]]) : y[0];
+    float y1 = a.bias ? y[1] + static_cast<float>(a.bias[row[1]]) : y[1];
+    y0 = round1<T>(y0), y1 = round1<T>(y1);
+    const int half = a.head_size / 2;
+    const int head = row[0] / a.head_size, j = row[0] - head * a.head_size;
+    if (a.cos_sin != nullptr && head < a.rope_heads) {
+      const int64_t pos = a.pos64 ? a.pos64[m] : static_cast<int64_t>(a.pos32[m]);
+      CUDA_KERNEL_ASSERT(pos >= 0 && pos < a.max_position);
+      const float c = a.cos_sin[pos * a.head_size + j];
+      const float s = a.cos_sin[pos * a.head_size + half + j];
+      const float r0 = y0 * c - y1 * s, r1 = y1 * c + y0 * s;
+      y0 = r0, y1 = r1;
+    }
+    T* o = static_cast<T*>(a.out) + m * a.out_stride;
+    o[row[0]] = static_cast<T>(y0);
+    o[row[1]] = static_cast<T>(y1);
+  }
+}
+
+// ---- launch ------------------------------------------------------------------------------------
+// VGRAPH_PDL=0 turns programmatic dependent launch off (for comparisons).
+inline bool pdl_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("VGRAPH_PDL");
+    return v == nullptr || v[0] != '0';
+  }();
+  return enabled;
+}
+
+template <typename T, int MT, Epilogue E>
+void launch_mt(const GemvArgs<T>& a, int grid, cudaStream_t stream) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<T, MT, E>, a));
+}
+
+template <typename T, Epilogue E>
+void launch_gemv(const GemvArgs<T>& a, int grid, cudaStream_t stream) {
+  const int m = a.num_tokens;
+  if (m <= 1) return launch_mt<T, 1, E>(a, grid, stream);
+  if (m <= 2) return launch_mt<T, 2, E>(a, grid, stream);
+  if (m <= 4) return launch_mt<T, 4, E>(a, grid, stream);
+  if (m <= 8) return launch_mt<T, 8, E>(a, grid, stream);
+  if (m <= 16) return launch_mt<T, 16, E>(a, grid, stream);
+  launch_mt<T, 32, E>(a, grid, stream);
+}
+
+#define VGRAPH_INSTANTIATE_GEMV(E)                                                               \
+  template void launch_gemv<c10::Half, E>(const GemvArgs<c10::Half>&, int, cudaStream_t);     \
+  template void launch_gemv<c10::BFloat16, E>(const GemvArgs<c10::BFloat16>&, int, cudaStream_t);
+
+}  // namespace gemv
+}  // namespace vgraph

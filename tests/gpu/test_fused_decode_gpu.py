@@ -1,0 +1,56 @@
+"""The fused decode path on CUDA for the three shipped architectures (dummy weights, bf16): greedy
+tokens of FULL graphs equal NONE's (eager), logprobs close, and the model really took the fused
+ops (LlamaModel.fused)."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+
+from vgraph import LLM, SamplingParams
+from vgraph.models.llama import LlamaModel
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+
+
+def run(name: str, mode: str) -> tuple[list[list[int]], list, list[bool]]:
+    llm = LLM(
+        name,
+        load_format="dummy",
+        max_model_len=512,
+        multiprocess=False,
+        gpu_memory_utilization=0.3,
+        compilation_config={
+            "cudagraph_mode": mode,
+            "cudagraph_capture_sizes": [1, 2, 4, 8, 16],
+            "splitting_ops": [],
+            "use_inductor": False,  # Inductor over the fused ops: tests/gpu/test_engine_gpu.py
+        },
+    )
+    prompts = [list(range(1 + i, 30 + 7 * i)) for i in range(5)]  # 5 requests: batch 5 -> 8
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=1)
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    model = llm.engine.client.core.runner.model
+    fused = [m.fused for m in model.modules() if isinstance(m, LlamaModel)]
+    result = [o.outputs[0].token_ids for o in outs], [o.outputs[0].logprobs for o in outs], fused
+    del llm, model, outs
+    gc.collect()
+    torch.cuda.empty_cache()
+    return result
+
+
+@pytest.mark.parametrize("name", ["SmolLM2-135M", "Llama-3.2-1B", "Qwen3-0.6B"])
+def test_full_equals_none_on_the_fused_path(name: str) -> None:
+    tokens_none, lps_none, fused_none = run(name, "NONE")
+    tokens_full, lps_full, fused_full = run(name, "FULL")
+    assert fused_none == [True] and fused_full == [True]
+    assert tokens_full == tokens_none
+    for steps_none, steps_full in zip(lps_none, lps_full):
+        for entry_none, entry_full in zip(steps_none, steps_full):
+            for token_id in entry_none.keys() & entry_full.keys():
+                assert abs(entry_none[token_id].logprob - entry_full[token_id].logprob) < 0.05

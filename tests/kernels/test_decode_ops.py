@@ -1,0 +1,309 @@
+"""The fused decode ops of vgraph._C (linear_out, linear_add_residual, rms_norm_qkv_rope,
+rms_norm_gate_up_silu) against a float32 torch reference (relative norm), on the shapes of the
+three shipped configs and odd token counts; on CUDA also the GEMV path against the op's own unfused
+cuBLAS path (nearly bit-equal: only the fp32 summation order differs), the token threshold, a chain
+of the ops captured in one CUDA graph (programmatic dependent launch inside) replayed with new
+inputs, and the ops under torch.compile. CPU always, CUDA under the `gpu` marker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from tests.kernels.devices import cuda_param
+from vgraph._ext import ext_unavailable_reason, load_ext
+from vgraph.layers.rotary import RotaryEmbedding
+
+if not load_ext():
+    pytest.skip(ext_unavailable_reason(), allow_module_level=True)
+if not torch._C._dispatch_has_kernel("vgraph_C::linear_out"):
+    pytest.skip("vgraph._C predates the fused decode ops: rebuild it", allow_module_level=True)
+
+OPS = torch.ops.vgraph_C
+CUDA = cuda_param("linear_out")
+# (hidden, num_heads, num_kv_heads, head_dim, intermediate) of the shipped configs + an odd one.
+SHAPES = {
+    "SmolLM2-135M": (576, 9, 3, 64, 1536),
+    "Llama-3.2-1B": (2048, 32, 8, 64, 8192),
+    "Qwen3-0.6B": (1024, 16, 8, 128, 3072),
+    "odd": (200, 3, 1, 40, 264),
+}
+# Relative-norm error against the float32 reference: the 16-bit roundings of the unfused layers.
+REL_TOL = {torch.float32: 2e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
+# GEMV path against the unfused path: the same roundings, fp32 sums in another order.
+PATH_TOL = {torch.float16: 2e-3, torch.bfloat16: 1.2e-2}
+EPS = 1e-5
+MAX_POS = 4096
+
+
+def rand(*shape: int, device: str, dtype: torch.dtype, seed: int, scale: float = 1.0):
+    g = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(*shape, generator=g, device=device) * scale + 0.1 * scale  # never zero-centred
+    return x.to(dtype)
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    assert out.shape == ref.shape and torch.isfinite(out).all()
+    return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+def norm_ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:  # float32, no rounding
+    x = x.float()
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * w.float()
+
+
+def rope_ref(x: torch.Tensor, positions: torch.Tensor, cache: torch.Tensor, hd: int):
+    t = x.shape[0]
+    cos, sin = cache[positions].chunk(2, dim=-1)  # [T, hd / 2]
+    x1, x2 = x.view(t, -1, hd).chunk(2, dim=-1)
+    cos, sin = cos[:, None], sin[:, None]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).view(t, -1)
+
+
+def dtypes_for(device: str) -> list[torch.dtype]:
+    return [torch.float32] if device == "cpu" else [torch.bfloat16, torch.float16]
+
+
+class Case:
+    """Weights of one layer of a config and a batch of num_tokens rows (strided: views of a wider
+    buffer, as the model's qkv / residual views are)."""
+
+    def __init__(self, shape: str, num_tokens: int, dtype: torch.dtype, device: str) -> None:
+        hidden, nh, nkv, hd, inter = SHAPES[shape]
+        self.hidden, self.nh, self.nkv, self.hd, self.inter = hidden, nh, nkv, hd, inter
+        self.n_qkv = (nh + 2 * nkv) * hd
+        kw = {"device": device, "dtype": dtype}
+        s = hidden**-0.5
+        self.w_qkv = rand(self.n_qkv, hidden, seed=1, scale=s, **kw)  # [N_qkv, hidden]
+        self.b_qkv = rand(self.n_qkv, seed=2, scale=0.1, **kw)  # [N_qkv]
+        self.w_o = rand(hidden, nh * hd, seed=3, scale=(nh * hd) ** -0.5, **kw)
+        self.w_gu = rand(2 * inter, hidden, seed=4, scale=s, **kw)  # [2 I, hidden]
+        self.w_down = rand(hidden, inter, seed=5, scale=inter**-0.5, **kw)
+        self.norm_w = rand(hidden, seed=6, scale=0.2, **kw) + 1.0  # [hidden]
+        wide = rand(num_tokens, hidden + 24, seed=7 + num_tokens, **kw)
+        self.hidden_x = wide[:, 8 : 8 + hidden]  # [T, hidden], row stride hidden + 24
+        self.attn_x = rand(num_tokens, nh * hd, seed=8, **kw)  # [T, nh * hd]
+        self.act_x = rand(num_tokens, inter, seed=9, **kw)  # [T, I]
+        self.residual = rand(num_tokens, hidden, seed=10, scale=4.0, **kw)  # [T, hidden]
+        g = torch.Generator().manual_seed(num_tokens)
+        self.positions = torch.randint(0, MAX_POS, (num_tokens,), generator=g).to(device)
+        rope = RotaryEmbedding(hd, MAX_POS, 500000.0).to(device)
+        self.cache = rope.cos_sin_cache  # [MAX_POS, hd] float32
+
+
+def run_qkv(c: Case, max_tokens: int | None, bias: bool, rope: bool) -> torch.Tensor:
+    qkv = torch.full(
+        (c.hidden_x.shape[0], c.n_qkv),
+        float("nan"),
+        dtype=c.hidden_x.dtype,
+        device=c.hidden_x.device,
+    )
+    OPS.rms_norm_qkv_rope(
+        qkv, c.hidden_x, c.norm_w, EPS, c.w_qkv, c.b_qkv if bias else None,
+        c.positions if rope else None, c.cache if rope else None, c.hd, c.nh, c.nkv, max_tokens,
+    )  # fmt: skip
+    return qkv
+
+
+def ref_qkv(c: Case, bias: bool, rope: bool) -> torch.Tensor:
+    y = norm_ref(c.hidden_x, c.norm_w) @ c.w_qkv.float().T
+    if bias:
+        y = y + c.b_qkv.float()
+    if rope:
+        q_k = rope_ref(y[:, : (c.nh + c.nkv) * c.hd], c.positions, c.cache, c.hd)
+        y = torch.cat([q_k, y[:, (c.nh + c.nkv) * c.hd :]], -1)
+    return y
+
+
+def run_gate_up(c: Case, max_tokens: int | None) -> torch.Tensor:
+    out = torch.full((c.hidden_x.shape[0], c.inter), float("nan"), dtype=c.hidden_x.dtype,
+                     device=c.hidden_x.device)  # fmt: skip
+    OPS.rms_norm_gate_up_silu(out, c.hidden_x, c.norm_w, EPS, c.w_gu, max_tokens)
+    return out
+
+
+def ref_gate_up(c: Case) -> torch.Tensor:
+    g, u = (norm_ref(c.hidden_x, c.norm_w) @ c.w_gu.float().T).chunk(2, -1)
+    return torch.nn.functional.silu(g) * u
+
+
+def run_residual(c: Case, x: torch.Tensor, w: torch.Tensor, max_tokens: int | None):
+    residual = c.residual.clone()
+    OPS.linear_add_residual(residual, x, w, max_tokens)
+    return residual
+
+
+def run_linear_out(c: Case, out_dtype: torch.dtype, max_tokens: int | None) -> torch.Tensor:
+    w = c.w_gu[:4096]  # an LM head slice: the op does not care about the vocab size
+    out = torch.full((c.hidden_x.shape[0], w.shape[0]), float("nan"), dtype=out_dtype,
+                     device=w.device)  # fmt: skip
+    OPS.linear_out(out, c.hidden_x, w, max_tokens)
+    return out
+
+
+def path_runs(c: Case) -> list[Callable[[int | None], torch.Tensor]]:
+    """Each op of a Case as a function of max_gemv_tokens."""
+    return [
+        lambda m: run_qkv(c, m, True, True),
+        lambda m: run_qkv(c, m, False, False),
+        lambda m: run_gate_up(c, m),
+        lambda m: run_residual(c, c.attn_x, c.w_o, m),
+        lambda m: run_residual(c, c.act_x, c.w_down, m),
+        lambda m: run_linear_out(c, torch.float32, m),
+    ]
+
+
+DEVICES = ["cpu", CUDA]
+TOKENS = [1, 3, 8, 16, 17]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("num_tokens", TOKENS)
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_ops_match_float32_reference(shape: str, num_tokens: int, device: str) -> None:
+    if device == "cpu" and shape != "odd" and num_tokens not in (1, 17):
+        pytest.skip("the CPU runs the unfused sequence: two token counts per shape suffice")
+    for dtype in dtypes_for(device):
+        c = Case(shape, num_tokens, dtype, device)
+        tol = REL_TOL[dtype]
+        for bias, rope in ((False, True), (True, True), (False, False)):
+            err = rel_err(run_qkv(c, None, bias, rope), ref_qkv(c, bias, rope))
+            assert err < tol, (dtype, bias, rope, err)
+        assert rel_err(run_gate_up(c, None), ref_gate_up(c)) < tol
+        for x, w in ((c.attn_x, c.w_o), (c.act_x, c.w_down)):
+            ref = x.float() @ w.float().T + c.residual.float()
+            assert rel_err(run_residual(c, x, w, None), ref) < tol
+        for out_dtype in (dtype, torch.float32):
+            ref = c.hidden_x.float() @ c.w_gu[:4096].float().T
+            assert rel_err(run_linear_out(c, out_dtype, None), ref) < tol
+
+
+@pytest.mark.parametrize("device", [CUDA])
+@pytest.mark.parametrize("num_tokens", [1, 2, 5, 8, 13, 16, 32])
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_gemv_path_matches_unfused_path(shape: str, num_tokens: int, device: str) -> None:
+    """max_gemv_tokens=32 forces the GEMV kernel, 0 the cuBLAS sequence: same roundings."""
+    for dtype in dtypes_for(device):
+        c = Case(shape, num_tokens, dtype, device)
+        tol = PATH_TOL[dtype]
+        runs = path_runs(c)
+        for i, run in enumerate(runs):
+            fast, slow = run(32), run(0)
+            assert rel_err(fast, slow) < tol, (i, dtype)
+            exact = (fast == slow).float().mean().item()
+            assert exact > 0.8, (i, dtype, exact)
+
+
+@pytest.mark.parametrize("device", [CUDA])
+def test_cuda_graph_chain_with_pdl_replays_new_inputs(device: str) -> None:
+    """A decoder layer's chain of the four ops (each launched with programmatic stream
+    serialization, waiting on its predecessor) in one CUDA graph, replayed with new inputs."""
+    dtype, num_tokens = torch.bfloat16, 4
+    c = Case("SmolLM2-135M", num_tokens, dtype, device)
+    residual = torch.empty_like(c.residual)  # [T, hidden], the stream every op reads or writes
+    positions = torch.empty_like(c.positions)
+    qkv = torch.empty(num_tokens, c.n_qkv, dtype=dtype, device=device)
+    act = torch.empty(num_tokens, c.inter, dtype=dtype, device=device)
+    lm_head = c.w_gu[:4096]  # [<= 4096, hidden]: an LM head slice
+    logits = torch.empty(num_tokens, lm_head.shape[0], dtype=torch.float32, device=device)
+
+    def layer() -> None:
+        OPS.rms_norm_qkv_rope(qkv, residual, c.norm_w, EPS, c.w_qkv, None, positions, c.cache,
+                              c.hd, c.nh, c.nkv)  # fmt: skip
+        OPS.linear_add_residual(residual, qkv[:, : c.nh * c.hd], c.w_o)
+        OPS.rms_norm_gate_up_silu(act, residual, c.norm_w, EPS, c.w_gu)
+        OPS.linear_add_residual(residual, act, c.w_down)
+        OPS.linear_out(logits, residual, lm_head)
+
+    residual.copy_(c.residual), positions.copy_(c.positions)
+    layer()  # warm-up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(3):  # three layers back to back: each waits on the one before
+            layer()
+    for seed in (11, 12):
+        residual.copy_(rand(num_tokens, c.hidden, device=device, dtype=dtype, seed=seed))
+        positions.copy_(torch.randint(0, MAX_POS, (num_tokens,), device=device))
+        start = residual.clone()
+        want = []
+        for _ in range(3):
+            layer()
+            want = [t.clone() for t in (qkv, act, residual, logits)]
+        residual.copy_(start)
+        graph.replay()
+        torch.cuda.synchronize()
+        for got, ref in zip((qkv, act, residual, logits), want):
+            assert torch.equal(got, ref)  # same kernels, same order: bit-equal
+
+
+class Layer(torch.nn.Module):
+    """The fused decoder-layer chain, as the model calls it, for torch.compile."""
+
+    def __init__(self, c: Case) -> None:
+        super().__init__()
+        self.c = c
+
+    def forward(self, positions: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        c, t = self.c, residual.shape[0]
+        qkv = torch.empty(t, c.n_qkv, dtype=residual.dtype, device=residual.device)
+        OPS.rms_norm_qkv_rope(qkv, residual, c.norm_w, EPS, c.w_qkv, c.b_qkv, positions, c.cache,
+                              c.hd, c.nh, c.nkv)  # fmt: skip
+        OPS.linear_add_residual(residual, qkv[:, : c.nh * c.hd], c.w_o)
+        act = torch.empty(t, c.inter, dtype=residual.dtype, device=residual.device)
+        OPS.rms_norm_gate_up_silu(act, residual, c.norm_w, EPS, c.w_gu)
+        OPS.linear_add_residual(residual, act, c.w_down)
+        return residual
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_ops_trace_under_compile(backend: str) -> None:
+    c = Case("odd", 5, torch.float32, "cpu")
+    ref = Layer(c)(c.positions, c.residual.clone())
+    compiled = torch.compile(Layer(c), fullgraph=True, backend=backend, dynamic=True)
+    torch.testing.assert_close(compiled(c.positions, c.residual.clone()), ref, rtol=0, atol=0)
+
+
+def test_bad_arguments_are_rejected() -> None:
+    c = Case("odd", 3, torch.float32, "cpu")
+    qkv = torch.empty(3, c.n_qkv)
+    with pytest.raises(RuntimeError, match="weight must be"):
+        OPS.rms_norm_qkv_rope(qkv, c.hidden_x, c.norm_w, EPS, c.w_o, None, None, None, c.hd,
+                              c.nh, c.nkv)  # fmt: skip
+    with pytest.raises(RuntimeError, match="both or neither"):
+        OPS.rms_norm_qkv_rope(qkv, c.hidden_x, c.norm_w, EPS, c.w_qkv, None, c.positions, None,
+                              c.hd, c.nh, c.nkv)  # fmt: skip
+    with pytest.raises(RuntimeError, match="outside the cos_sin_cache"):
+        OPS.rms_norm_qkv_rope(qkv, c.hidden_x, c.norm_w, EPS, c.w_qkv, None,
+                              c.positions + MAX_POS, c.cache, c.hd, c.nh, c.nkv)  # fmt: skip
+    with pytest.raises(RuntimeError, match="out must be"):
+        OPS.rms_norm_gate_up_silu(torch.empty(3, 7), c.hidden_x, c.norm_w, EPS, c.w_gu)
+    with pytest.raises(RuntimeError, match="residual must be"):
+        OPS.linear_add_residual(torch.empty(3, 7), c.attn_x, c.w_o)
+    with pytest.raises(RuntimeError, match="out dtype"):
+        OPS.linear_out(torch.empty(3, c.inter * 2, dtype=torch.int32), c.hidden_x, c.w_gu)
+
+
+@pytest.mark.parametrize("device", [CUDA])
+def test_cuda_bad_arguments_raise(device: str) -> None:
+    """A rejected CUDA call raises (checked in a child process: a crash must not end the run)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "from vgraph._ext import load_ext\n"
+        "load_ext()\n"
+        "x = torch.randn(4, 576, device='cuda', dtype=torch.bfloat16)\n"
+        "w = torch.randn(3072, 576, device='cuda', dtype=torch.bfloat16)\n"
+        "try:\n"
+        "    torch.ops.vgraph_C.linear_out(torch.empty(4, 4096, device='cuda'), x, w)\n"
+        "except RuntimeError as e:\n"
+        "    print('raised:', str(e).splitlines()[0])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "raised: out must be [4, 3072]" in proc.stdout
