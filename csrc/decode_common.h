@@ -120,7 +120,8 @@ struct Unfused {
 
   static void linear_add_residual(at::Tensor& residual, const at::Tensor& x,
                                   const at::Tensor& weight) {
-    residual.add_(at::mm(x, weight.t()));  // (round(x W^T) + residual), rounded once
+    // one GEMM with the residual as its accumulator (beta = 1): no separate add launch
+    residual.addmm_(x, weight.t());
   }
 
   static at::Tensor norm(const at::Tensor& hidden, const at::Tensor& norm_weight, double eps) {

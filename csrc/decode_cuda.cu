@@ -1,7 +1,8 @@
-// The fused decode ops on CUDA (the GEMV kernel itself: decode_gemv.h / .cuh): one GEMV kernel on CUDA cores for num_tokens <= a per-shape
-// threshold (at most kMaxGemvTokens), with the op's neighbours fused in as a prologue (RMSNorm) and
-// an epilogue (store / residual add / SiLU-mul / bias + RoPE); above the threshold, for float32 and
-// for unaligned inputs, the unfused sequence (decode_common.h: norm kernel, cuBLAS, rope / silu).
+// The fused decode ops on CUDA (the GEMV kernel itself: decode_gemv.h / .cuh): one GEMV kernel on
+// CUDA cores for num_tokens <= a per-shape threshold (at most kMaxGemvTokens), with the op's
+// neighbours fused in as a prologue (RMSNorm) and an epilogue (store / residual add / SiLU-mul /
+// bias + RoPE); above the threshold, for float32 and for unaligned inputs, the unfused sequence
+// (decode_common.h: norm kernel, cuBLAS, rope / silu).
 //
 // Kernel shape: a CTA of 128 threads computes kRows = 2 output rows (a row pair for the paired
 // epilogues: gate row i with up row I + i; rotate-half partners j and j + head_size / 2 of a head)
@@ -14,7 +15,8 @@
 // the padded token count: graph-safe. Numerics: every rounding point of the unfused layers is kept
 // (normed = (x * inv_rms).to(dtype), weight * normed rounded, projection rounded, then the
 // epilogue in float32 rounded once), so results differ from the unfused path only by fp32
-// summation order.
+// summation order; except the residual ops, whose unfused form is one GEMM accumulating into the
+// residual (beta = 1: no separate add launch) and so skips the projection's rounding.
 #include <algorithm>
 #include <cstdlib>
 #include <optional>

@@ -185,7 +185,9 @@ def test_ops_match_float32_reference(shape: str, num_tokens: int, device: str) -
 @pytest.mark.parametrize("num_tokens", [1, 2, 5, 8, 13, 16, 32])
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_gemv_path_matches_unfused_path(shape: str, num_tokens: int, device: str) -> None:
-    """max_gemv_tokens=32 forces the GEMV kernel, 0 the cuBLAS sequence: same roundings."""
+    """max_gemv_tokens=32 forces the GEMV kernel, 0 the cuBLAS sequence: same roundings, except
+    that cuBLAS adds the residual inside the GEMM (beta = 1) without rounding the projection
+    first, so the residual ops (runs 3 and 4) agree within tolerance only."""
     for dtype in dtypes_for(device):
         c = Case(shape, num_tokens, dtype, device)
         tol = PATH_TOL[dtype]
@@ -193,6 +195,8 @@ def test_gemv_path_matches_unfused_path(shape: str, num_tokens: int, device: str
         for i, run in enumerate(runs):
             fast, slow = run(32), run(0)
             assert rel_err(fast, slow) < tol, (i, dtype)
+            if i in (3, 4):
+                continue
             exact = (fast == slow).float().mean().item()
             assert exact > 0.8, (i, dtype, exact)
 
