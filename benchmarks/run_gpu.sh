@@ -6,6 +6,7 @@
 #           that must stay under the device's per-call limit splits them over two calls, e.g.
 #           STEPS="ext tests smollm2" then STEPS="llama profile" (the built vgraph/_C.so stays).
 #   MODES   cudagraph modes of the latency benchmark (default: all five).
+#   Not in the default STEPS: serve (TPOT at concurrency 1 through a real server).
 #   BENCH_TIMEOUT, TEST_TIMEOUT   seconds per latency run / for the GPU tests.
 set -u
 out=${1:-benchmarks/results/latest}
@@ -19,6 +20,18 @@ latency() { step "latency_$1" timeout "${BENCH_TIMEOUT:-300}" python3 -m vgraph.
   --model "$1" --modes ${MODES:-NONE PIECEWISE FULL FULL_DECODE_ONLY FULL_AND_PIECEWISE} \
   --batch-sizes 1 8 32 128 --num-iters 50 --out "$out/latency_$1.json"; }
 
+# `vgraph serve` (engine core in its own process, the default mode) driven by `vgraph bench serve`
+# at concurrency 1: its median TPOT against the batch-1 step of the latency benchmark is the
+# engine's per-token overhead.
+serve() { local port=8011 log="$out/serve_$1.log"
+  python3 -m vgraph.entrypoints.cli serve "$1" --load-format dummy --port $port \
+    --max-model-len 2048 >"$log" 2>&1 & local pid=$!
+  for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 1; done
+  step "serve_$1" timeout 180 python3 -m vgraph.entrypoints.cli bench serve \
+    --base-url "http://127.0.0.1:$port" --num-prompts 20 --input-len 128 --output-len 256 \
+    --max-concurrency 1 --result-file "$out/serve_$1.json"
+  kill -TERM $pid; wait $pid; }
+
 for s in ${STEPS:-ext tests smollm2 llama profile kernels}; do
   case $s in
     ext) step ext python3 -m vgraph.ext_build ;;
@@ -28,6 +41,7 @@ for s in ${STEPS:-ext tests smollm2 llama profile kernels}; do
     llama) latency Llama-3.2-1B ;;
     profile) step profile_smollm2 timeout 150 python3 tools/profile_step.py --model SmolLM2-135M \
       --batch 1 --modes FULL PIECEWISE --out "$out/profile_SmolLM2-135M_b1.json" ;;
+    serve) serve SmolLM2-135M ;;
     kernels) step kernel_bench python3 benchmarks/bench_paged_attention.py --batches 1 8 32 128 \
       --contexts 512 2048 8192 --out "$out/paged_attention.json" ;;
     *) echo "unknown step $s" >&2; exit 2 ;;
