@@ -85,7 +85,7 @@ def parse_list(spec: str, flag: str, max_batch: int, default: tuple[int, ...]) -
 def build_candidates(
     modes: list[str],
     lists: list[str],
-    piecewise_lists: list[str] | None,
+    pw_lists: list[str] | None,
     max_batch: int,
     default: tuple[int, ...],
     all_max: int,
@@ -98,12 +98,14 @@ def build_candidates(
     twice."""
     for m in modes:
         CUDAGraphMode.parse(m)  # ValueError names the mode and the allowed ones
+    for flag, specs in (("--modes", modes), ("--lists", lists), ("--piecewise-lists", pw_lists)):
+        repeated = sorted({s for s in specs or [] if specs.count(s) > 1})
+        if repeated:
+            raise ValueError(f"{flag}: {', '.join(repeated)} given more than once")
     named = {
         s: None if s == RECOMMENDED else parse_list(s, "--lists", max_batch, default) for s in lists
     }
-    pw_named = {
-        s: parse_list(s, "--piecewise-lists", max_batch, default) for s in piecewise_lists or []
-    }
+    pw_named = {s: parse_list(s, "--piecewise-lists", max_batch, default) for s in pw_lists or []}
     cands = [Candidate("NONE", "eager", None)]
     for mode in (m.upper() for m in modes):
         if mode == "NONE":
@@ -119,9 +121,12 @@ def build_candidates(
         if any(p[0] == RECOMMENDED for p in pairs) and every not in named.values():
             pairs.append((f"all:{all_max}", every, None, None))
         cands += [Candidate(mode, *p) for p in pairs]
-    seen: set[str] = set()
+    seen: dict[tuple, str] = {}
     for c in cands:
-        if c.name in seen:
-            raise ValueError(f"bench sweep: candidate {c.name} is given twice; list it once")
-        seen.add(c.name)
+        key = (c.mode, c.list_name if c.sizes is None else c.sizes, c.piecewise_sizes)
+        if key in seen:
+            raise ValueError(
+                f"candidates {seen[key]} and {c.name} are the same; list each capture list once"
+            )
+        seen[key] = c.name
     return cands
