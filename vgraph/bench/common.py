@@ -6,6 +6,7 @@ starts no engine itself.
 
 from __future__ import annotations
 
+import argparse
 import platform
 import statistics
 import time
@@ -15,12 +16,37 @@ from typing import Any
 
 import torch
 
+from vgraph.attention.selector import backend_names
+from vgraph.config import VGraphConfig
 from vgraph.core.scheduler import SchedulerOutput
+from vgraph.engine.arg_utils import create_engine_config
 from vgraph.engine.core import EngineCore
 from vgraph.request import Request
 from vgraph.sampling_params import SamplingParams
 
 BLOCK_SIZE = 16  # KV block size of every benchmark engine
+
+
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    """The model and how to load it, common to the in-process benchmarks."""
+    p.add_argument("--model", default="SmolLM2-135M", help="folder or shipped config name")
+    p.add_argument("--load-format", default="dummy", choices=["auto", "safetensors", "dummy"])
+    p.add_argument("--dtype", default="auto")
+    p.add_argument(
+        "--attention-backend", default="auto", help=f"auto or one of {', '.join(backend_names())}"
+    )
+
+
+def engine_config(args: argparse.Namespace, **kwargs: Any) -> VGraphConfig:
+    """The config of one benchmark engine: add_engine_args' values, BLOCK_SIZE, and kwargs."""
+    return create_engine_config(
+        args.model,
+        load_format=args.load_format,
+        dtype=args.dtype,
+        attention_backend=args.attention_backend,
+        block_size=BLOCK_SIZE,
+        **kwargs,
+    )
 
 
 class StepBuilder:

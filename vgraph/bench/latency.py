@@ -28,10 +28,11 @@ from typing import Any
 
 import torch
 
-from vgraph.attention.selector import backend_names
 from vgraph.bench.common import (
     BLOCK_SIZE,
     StepBuilder,
+    add_engine_args,
+    engine_config,
     environment,
     p10_p90,
     startup_result,
@@ -40,7 +41,6 @@ from vgraph.bench.common import (
 )
 from vgraph.bench.kernels import profile_kernels
 from vgraph.core.scheduler import SchedulerOutput
-from vgraph.engine.arg_utils import create_engine_config
 from vgraph.engine.core import EngineCore
 from vgraph.utils import cdiv
 
@@ -48,12 +48,7 @@ ALL_MODES = ["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWIS
 
 
 def add_cli_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--model", default="SmolLM2-135M", help="folder or shipped config name")
-    p.add_argument("--load-format", default="dummy", choices=["auto", "safetensors", "dummy"])
-    p.add_argument("--dtype", default="auto")
-    p.add_argument(
-        "--attention-backend", default="auto", help=f"auto or one of {', '.join(backend_names())}"
-    )
+    add_engine_args(p)
     p.add_argument("--modes", nargs="+", default=ALL_MODES, help="cudagraph modes to compare")
     p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 32, 128])
     p.add_argument("--context-len", type=int, default=128, help="prefilled tokens per request")
@@ -101,14 +96,10 @@ def _parse_mixed(spec: str) -> tuple[int, int]:
 
 def start_mode(args: argparse.Namespace, mode: str) -> _ModeRun:
     t0 = time.perf_counter()
-    config = create_engine_config(
-        args.model,
-        load_format=args.load_format,
-        dtype=args.dtype,
-        attention_backend=args.attention_backend,
+    config = engine_config(
+        args,
         max_model_len=args.max_model_len,
         max_num_seqs=max(max(args.batch_sizes), 8),
-        block_size=BLOCK_SIZE,
         num_gpu_blocks_override=blocks_needed(args),
         compilation_config={"cudagraph_mode": mode},
     )

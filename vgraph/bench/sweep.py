@@ -30,11 +30,12 @@ from typing import Any
 
 import torch
 
-from vgraph.attention.selector import backend_names
 from vgraph.bench import sweep_report, workload
 from vgraph.bench.common import (
     BLOCK_SIZE,
     StepBuilder,
+    add_engine_args,
+    engine_config,
     startup_result,
     time_in_turns,
     used_mode,
@@ -46,7 +47,6 @@ from vgraph.bench.sweep_candidates import (
     default_sizes,
     parse_list,
 )
-from vgraph.engine.arg_utils import create_engine_config
 from vgraph.engine.core import EngineCore
 from vgraph.engine.protocol import EngineCoreRequest
 from vgraph.sampling_params import SamplingParams
@@ -54,12 +54,7 @@ from vgraph.utils import cdiv
 
 
 def add_cli_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--model", default="SmolLM2-135M", help="folder or shipped config name")
-    p.add_argument("--load-format", default="dummy", choices=["auto", "safetensors", "dummy"])
-    p.add_argument("--dtype", default="auto")
-    p.add_argument(
-        "--attention-backend", default="auto", help=f"auto or one of {', '.join(backend_names())}"
-    )
+    add_engine_args(p)
     p.add_argument(
         "--modes", nargs="+", default=["FULL_DECODE_ONLY", "PIECEWISE"], help="cudagraph modes"
     )
@@ -130,15 +125,11 @@ def start(args: argparse.Namespace, cand: Candidate, top: int) -> None:
     """Start the candidate's engine and hand-build its decode steps of 1..top requests."""
     t0 = time.perf_counter()
     ctx = args.context_len
-    config = create_engine_config(
-        args.model,
-        load_format=args.load_format,
-        dtype=args.dtype,
-        attention_backend=args.attention_backend,
+    config = engine_config(
+        args,
         max_model_len=args.max_model_len,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
-        block_size=BLOCK_SIZE,
         num_gpu_blocks_override=top * cdiv(ctx + 1, BLOCK_SIZE)
         + max(args.concurrency) * cdiv(args.input_len + args.output_len, BLOCK_SIZE)
         + cdiv(args.max_model_len, BLOCK_SIZE),

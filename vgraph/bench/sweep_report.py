@@ -57,7 +57,7 @@ class Report:
                     for s, ms in r["step_ms"].items()
                     if r["step_padded"][s] == s and r["step_mode"][s] != "NONE"
                 },
-                eager_ms=eager.result["step_ms"],
+                eager_ms=dict(eager.result["step_ms"]),  # pass 2 overwrites the results
                 memory=MemoryModel.from_capture(
                     full.core.runner.graph_stats.graph_memory_bytes_per_size
                 ),
