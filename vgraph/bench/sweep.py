@@ -256,8 +256,18 @@ def release(cands: list[Candidate]) -> None:
         c.requests, c.steps = [], {}
 
 
+def check_args(args: argparse.Namespace) -> None:
+    for name, low in (("input_len", 1), ("output_len", 2), ("num_iters", 1), ("num_rounds", 1)):
+        if getattr(args, name) < low:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag}={getattr(args, name)} must be >= {low}")
+    if min(args.concurrency) < 1:
+        raise ValueError(f"--concurrency {args.concurrency}: every level must be >= 1")
+
+
 def main(args: argparse.Namespace) -> dict[str, Any]:
     try:
+        check_args(args)
         hist, source = histogram_of(args)
         default = default_sizes(args.max_num_seqs, args.max_num_batched_tokens)
         top = measured_range(args, hist, default)
