@@ -7,7 +7,13 @@
 #           STEPS="ext tests smollm2" then STEPS="llama profile" (the built vgraph/_C.so stays).
 #   MODES   cudagraph modes of the latency benchmark (default: all five).
 #   Not in the default STEPS: serve (TPOT at concurrency 1 through a real server).
-#   BENCH_TIMEOUT, TEST_TIMEOUT   seconds per latency run / for the GPU tests.
+#   BENCH_TIMEOUT, TEST_TIMEOUT, SWEEP_TIMEOUT   seconds per latency run / for the GPU tests /
+#           per model of the sweep.
+# Not in the default STEPS: `sweep`, the capture-list sweep of docs/tuning.md on SmolLM2-135M and
+# Llama-3.2-1B (dummy weights; about 3-4 minutes per model): FULL_DECODE_ONLY and PIECEWISE x the
+# default list, powers of two, powers of two plus the workload's concurrencies, and the
+# recommended list (K=4), workload concurrency 1 6 24 48. Without matplotlib on the GPU machine
+# the JSON is still written; make the plots elsewhere: python -m vgraph.bench.sweep_plots JSON.
 set -u
 out=${1:-benchmarks/results/latest}
 mkdir -p "$out"
@@ -19,6 +25,11 @@ step() { local name=$1; shift; local t0=$SECONDS
 latency() { step "latency_$1" timeout "${BENCH_TIMEOUT:-300}" python3 -m vgraph.bench.latency \
   --model "$1" --modes ${MODES:-NONE PIECEWISE FULL FULL_DECODE_ONLY FULL_AND_PIECEWISE} \
   --batch-sizes 1 8 32 128 --num-iters 50 --out "$out/latency_$1.json"; }
+sweep() { step "sweep_$1" timeout "${SWEEP_TIMEOUT:-300}" python3 -m vgraph.bench.sweep \
+  --model "$1" --modes FULL_DECODE_ONLY PIECEWISE \
+  --lists default pow2 1,2,4,6,8,16,24,32,48 recommended --max-sizes 4 \
+  --concurrency 1 6 24 48 --input-len 128 --output-len 64 \
+  --num-iters 10 --num-warmup 2 --num-rounds 2 --out "$out/sweep_$1.json"; }
 
 # `vgraph serve` (engine core in its own process, the default mode) driven by `vgraph bench serve`
 # at concurrency 1: its median TPOT against the batch-1 step of the latency benchmark is the
@@ -42,6 +53,7 @@ for s in ${STEPS:-ext tests smollm2 llama profile kernels}; do
     profile) step profile_smollm2 timeout 150 python3 tools/profile_step.py --model SmolLM2-135M \
       --batch 1 --modes FULL PIECEWISE --out "$out/profile_SmolLM2-135M_b1.json" ;;
     serve) serve SmolLM2-135M ;;
+    sweep) sweep SmolLM2-135M; sweep Llama-3.2-1B ;;
     kernels) step kernel_bench python3 benchmarks/bench_paged_attention.py --batches 1 8 32 128 \
       --contexts 512 2048 8192 --out "$out/paged_attention.json" ;;
     *) echo "unknown step $s" >&2; exit 2 ;;

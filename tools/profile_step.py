@@ -27,7 +27,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from vgraph.bench import kernels
-from vgraph.bench.latency import _StepBuilder, environment
+from vgraph.bench.common import StepBuilder, environment
 from vgraph.engine.arg_utils import create_engine_config
 from vgraph.engine.core import EngineCore
 
@@ -67,7 +67,7 @@ def time_stages(args: argparse.Namespace, mode: str) -> tuple[dict, dict]:
         compilation_config={"cudagraph_mode": mode},
     )
     core = EngineCore(config)
-    b = _StepBuilder(core)
+    b = StepBuilder(core)
     steps = {
         f"decode_{args.batch}": b.step(b.prefilled(args.batch, args.context_len), [1] * args.batch)
     }
@@ -140,7 +140,7 @@ def profile_kernels(args: argparse.Namespace) -> dict:
         enforce_eager=True,
     )
     core = EngineCore(config)
-    b = _StepBuilder(core)
+    b = StepBuilder(core)
     sched = b.step(b.prefilled(args.batch, args.context_len), [1] * args.batch)
     k = kernels.profile_kernels(lambda: core.runner.execute_model(sched), num_steps=1)
     print(

@@ -20,35 +20,35 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import platform
 import statistics
 import time
 import traceback
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 import torch
 
-from vgraph.attention.selector import backend_names
+from vgraph.bench.common import (
+    BLOCK_SIZE,
+    StepBuilder,
+    add_engine_args,
+    engine_config,
+    environment,
+    p10_p90,
+    startup_result,
+    time_in_turns,
+    used_mode,
+)
 from vgraph.bench.kernels import profile_kernels
 from vgraph.core.scheduler import SchedulerOutput
-from vgraph.engine.arg_utils import create_engine_config
 from vgraph.engine.core import EngineCore
-from vgraph.request import Request
-from vgraph.sampling_params import SamplingParams
 from vgraph.utils import cdiv
 
 ALL_MODES = ["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
 
 
 def add_cli_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--model", default="SmolLM2-135M", help="folder or shipped config name")
-    p.add_argument("--load-format", default="dummy", choices=["auto", "safetensors", "dummy"])
-    p.add_argument("--dtype", default="auto")
-    p.add_argument(
-        "--attention-backend", default="auto", help=f"auto or one of {', '.join(backend_names())}"
-    )
+    add_engine_args(p)
     p.add_argument("--modes", nargs="+", default=ALL_MODES, help="cudagraph modes to compare")
     p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 32, 128])
     p.add_argument("--context-len", type=int, default=128, help="prefilled tokens per request")
@@ -64,45 +64,6 @@ def add_cli_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="skip the per-step kernel count and GPU time per kernel family (CUDA only)",
     )
     return p
-
-
-class _StepBuilder:
-    """Fake requests with real KV blocks, prefilled once, then stepped without advancing."""
-
-    def __init__(self, core: EngineCore, seed: int = 0) -> None:
-        self.core = core
-        self.gen = torch.Generator().manual_seed(seed)
-        self.vocab = core.config.model_config.vocab_size
-        self.next_id = 0
-
-    def request(self, num_tokens: int) -> Request:
-        ids = torch.randint(0, self.vocab, (num_tokens,), generator=self.gen).tolist()
-        req = Request(f"bench-{self.next_id}", ids, SamplingParams(temperature=0), frozenset())
-        self.next_id += 1
-        assert self.core.scheduler.kv.allocate_slots(req, num_tokens) is not None, "KV too small"
-        return req
-
-    def step(self, reqs: list[Request], num_scheduled: list[int]) -> SchedulerOutput:
-        kv = self.core.scheduler.kv
-        return SchedulerOutput(
-            requests=reqs,
-            num_scheduled_tokens=num_scheduled,
-            block_ids=[kv.get_block_ids(r.request_id) for r in reqs],
-        )
-
-    def prefilled(self, batch: int, context_len: int) -> list[Request]:
-        """batch requests whose first context_len tokens are in the KV cache."""
-        reqs = [self.request(context_len + 1) for _ in range(batch)]
-        per_step = max(1, self.core.config.scheduler_config.max_num_batched_tokens // context_len)
-        for i in range(0, batch, per_step):
-            chunk = reqs[i : i + per_step]
-            self.core.runner.execute_model(self.step(chunk, [context_len] * len(chunk)))
-        for r in reqs:
-            r.num_computed_tokens = context_len
-        return reqs
-
-
-BLOCK_SIZE = 16
 
 
 @dataclass
@@ -135,37 +96,16 @@ def _parse_mixed(spec: str) -> tuple[int, int]:
 
 def start_mode(args: argparse.Namespace, mode: str) -> _ModeRun:
     t0 = time.perf_counter()
-    config = create_engine_config(
-        args.model,
-        load_format=args.load_format,
-        dtype=args.dtype,
-        attention_backend=args.attention_backend,
+    config = engine_config(
+        args,
         max_model_len=args.max_model_len,
         max_num_seqs=max(max(args.batch_sizes), 8),
-        block_size=BLOCK_SIZE,
         num_gpu_blocks_override=blocks_needed(args),
         compilation_config={"cudagraph_mode": mode},
     )
     core = EngineCore(config)
-    startup_s = time.perf_counter() - t0
-    g = core.runner.graph_stats
-    result: dict[str, Any] = {
-        "mode": mode,
-        "resolved_mode": config.compilation_config.cudagraph_mode.name,
-        "attention_backend": config.attention_backend,
-        "startup_s": startup_s,
-        "num_graphs": g.num_graphs,
-        "capture_s": g.capture_seconds,
-        "graph_memory_mib": g.graph_memory_bytes / 2**20,
-    }
-    stats = _compile_stats(core)
-    if stats is not None:
-        result.update(
-            compile_s=stats.compile_seconds,
-            compile_cache_hit=stats.cache_hit,
-            num_pieces=stats.num_pieces,
-        )
-    b = _StepBuilder(core)
+    result = {"mode": mode} | startup_result(core, time.perf_counter() - t0)
+    b = StepBuilder(core)
     steps = {}
     for batch in args.batch_sizes:
         steps[f"decode_{batch}"] = b.step(b.prefilled(batch, args.context_len), [1] * batch)
@@ -179,20 +119,12 @@ def start_mode(args: argparse.Namespace, mode: str) -> _ModeRun:
 def measure(runs: list[_ModeRun], args: argparse.Namespace, block: int = 10) -> None:
     """Every step of every mode: warm-up, then blocks of `block` steps, the modes in turn."""
     for name in runs[0].steps:
-        for run in runs:
-            for _ in range(args.num_warmup):
-                run.core.runner.execute_model(run.steps[name])
         before = [dict(run.core.runner.graph_stats.steps) for run in runs]
-        for start in range(0, args.num_iters, block):
-            for run in runs:
-                sched = run.steps[name]
-                times = run.times.setdefault(name, [])
-                for _ in range(min(block, args.num_iters - start)):
-                    t0 = time.perf_counter()
-                    run.core.runner.execute_model(sched)  # ends in a device-to-host copy
-                    times.append((time.perf_counter() - t0) * 1e3)
+        calls = [lambda r=run.core.runner, s=run.steps[name]: r.execute_model(s) for run in runs]
+        for run, times in zip(runs, time_in_turns(calls, args.num_iters, args.num_warmup, block)):
+            run.times[name] = times
         for run, steps in zip(runs, before):
-            run.modes_used[name] = _used_mode(steps, run.core.runner.graph_stats.steps)
+            run.modes_used[name] = used_mode(steps, run.core.runner.graph_stats.steps)
 
 
 def profile_runs(runs: list[_ModeRun]) -> None:
@@ -220,43 +152,10 @@ def summarize(run: _ModeRun) -> dict[str, Any]:
     }
     if "mixed" in run.times:
         r["mixed_ms"] = statistics.median(run.times["mixed"])
-    r["percentiles_ms"] = {k: _p10_p90(v) for k, v in run.times.items()}
+    r["percentiles_ms"] = {k: p10_p90(v) for k, v in run.times.items()}
     r["samples_ms"] = dict(run.times)  # every timed step, in the order it ran
     r["runtime_modes"] = dict(run.modes_used)
     return r
-
-
-def _p10_p90(values: list[float]) -> list[float]:
-    if len(values) < 2:
-        return [values[0], values[0]]
-    q = statistics.quantiles(values, n=10)
-    return [q[0], q[-1]]
-
-
-def _compile_stats(core: EngineCore) -> Any:
-    """The piecewise compile's CompileStats (under the FULL wrapper, if any); None when eager."""
-    model = core.runner.model_fn
-    model = getattr(model, "runnable", model)
-    return getattr(model, "stats", None)
-
-
-def _used_mode(before: dict[str, int], after: dict[str, int]) -> str:
-    """Runtime modes whose step count grew between two GraphStats.steps readings."""
-    return "+".join(m for m in ("FULL", "PIECEWISE", "NONE") if after[m] > before[m])
-
-
-def environment() -> dict[str, Any]:
-    env = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "host": platform.node(),
-        "cpu": platform.processor() or platform.machine(),
-    }
-    if torch.cuda.is_available():
-        env["gpu"] = torch.cuda.get_device_name()
-        env["cuda"] = torch.version.cuda
-    return env
 
 
 def print_table(model: str, results: list[dict[str, Any]], batch_sizes: list[int]) -> None:

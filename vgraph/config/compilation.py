@@ -147,6 +147,12 @@ class CompilationConfig:
                     f"left under max_num_batched_tokens={max_num_batched_tokens}"
                     f" (max_cudagraph_capture_size={self.max_cudagraph_capture_size})"
                 )
+        if mode is CUDAGraphMode.FULL_DECODE_ONLY and min(sizes) > max_num_seqs:
+            raise ValueError(
+                f"cudagraph_mode=FULL_DECODE_ONLY captures decode graphs of at most "
+                f"max_num_seqs={max_num_seqs} requests, but every size of "
+                f"cudagraph_capture_sizes={list(sizes)} is larger; add a size <= {max_num_seqs}"
+            )
         return dataclasses.replace(resolved, cudagraph_mode=mode)
 
     def piecewise_available(self) -> bool:

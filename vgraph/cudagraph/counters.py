@@ -52,6 +52,9 @@ class GraphStats(msgspec.Struct, array_like=True):
     # uniform decode steps per batch size (requests), and per size they ran at (padded)
     decode_batch_sizes: dict[int, int] = msgspec.field(default_factory=dict)
     padded_decode_batch_sizes: dict[int, int] = msgspec.field(default_factory=dict)
+    # device memory each capture size's graphs added (num_tokens -> bytes); captured largest
+    # first into one pool, so the pool's activations land on the largest size
+    graph_memory_bytes_per_size: dict[int, int] = msgspec.field(default_factory=dict)
 
     def record_step(
         self,
@@ -81,4 +84,5 @@ class GraphStats(msgspec.Struct, array_like=True):
             self.graph_memory_bytes,
             dict(self.decode_batch_sizes),
             dict(self.padded_decode_batch_sizes),
+            dict(self.graph_memory_bytes_per_size),
         )

@@ -26,6 +26,7 @@ from vgraph.attention.selector import backend_names  # loads no torch
 BENCH_SUBCOMMANDS: dict[str, str] = {
     "serve": "vgraph.bench.serve",
     "latency": "vgraph.bench.latency",
+    "sweep": "vgraph.bench.sweep",
 }
 
 

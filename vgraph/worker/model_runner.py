@@ -336,17 +336,21 @@ class ModelRunner:
         keys = self.dispatcher.capture_keys()
         if not keys:
             return
+        c = self.graph_stats
         t0, mem0 = time.perf_counter(), self.graph_backend.memory_in_use()
+        mem = mem0
         for mode, key in tqdm(keys, desc="Capturing graphs", unit="graph"):
             step = self.buffers.prepare_dummy(key.num_tokens, self.dispatcher.num_reqs_padded(key))
             common = self.build_common_metadata(step, for_capture=mode is CUDAGraphMode.FULL)
             for _ in range(self.compilation_config.cudagraph_num_of_warmups):
                 self.execute_forward(step, common)
             self.execute_forward(step, common, mode, key, capturing=True)
-        c = self.graph_stats
+            mem, before = self.graph_backend.memory_in_use(), mem
+            per_size = c.graph_memory_bytes_per_size
+            per_size[key.num_tokens] = per_size.get(key.num_tokens, 0) + max(mem - before, 0)
         c.num_graphs = len(keys)
         c.capture_seconds = time.perf_counter() - t0
-        c.graph_memory_bytes = max(self.graph_backend.memory_in_use() - mem0, 0)
+        c.graph_memory_bytes = max(mem - mem0, 0)
         logger.info(
             "captured %d graphs (%s) in %.1f s, taking %.3f GiB",
             c.num_graphs,
