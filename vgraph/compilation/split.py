@@ -20,7 +20,7 @@ import torch
 import torch.fx
 from torch.fx.passes.split_module import split_module
 
-from vgraph.torch_internals import OpOverloadPacket, op_name, op_schema
+from vgraph.torch_internals import OpOverload, OpOverloadPacket, op_name, op_schema
 
 _VIEW_METHODS = {
     "view",
@@ -66,7 +66,7 @@ def _splitting_name(node: torch.fx.Node, splitting_ops: set[str]) -> str | None:
         return None
     if name in splitting_ops:
         return name
-    if isinstance(node.target, torch._ops.OpOverload):
+    if isinstance(node.target, OpOverload):
         full = f"{name}.{node.target._overloadname}"
         if full in splitting_ops:
             return full
