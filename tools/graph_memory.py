@@ -60,6 +60,7 @@ def main() -> None:
             results.append({"mode": mode, "error": proc.returncode})
             continue
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        print({k: v for k, v in results[-1].items() if k != "tokens"}, flush=True)
     base = next((r for r in results if r.get("mode") == "NONE" and "tokens" in r), None)
     for r in results:
         if "error" in r:
