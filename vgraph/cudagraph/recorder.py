@@ -190,10 +190,11 @@ def _bytes_of(storage: torch.UntypedStorage) -> torch.Tensor:
 
 def _alias(t: torch.Tensor, buf: torch.Tensor, byte_offset: int) -> torch.Tensor:
     """A new tensor with t's geometry whose storage begins byte_offset into buf."""
-    assert byte_offset % t.element_size() == 0
+    start = byte_offset + buf.storage_offset()  # buf is uint8: its offset is in bytes
+    assert start % t.element_size() == 0
     alias = torch.empty(0, dtype=t.dtype, device=t.device)
-    offset = byte_offset // t.element_size() + t.storage_offset()
-    return alias.set_(buf.untyped_storage(), offset + buf.storage_offset(), t.size(), t.stride())
+    offset = start // t.element_size() + t.storage_offset()
+    return alias.set_(buf.untyped_storage(), offset, t.size(), t.stride())
 
 
 def _relocate(
