@@ -62,7 +62,7 @@ def paged_decode_attention(
     acc = torch.zeros((b, kh, g, d), device=query.device)  # running sum of exp * v
     step = max(1, _CHUNK_ELEMS // max(1, b * block_size * kh * d))
     for start in range(0, num_blocks, step):
-        blocks = block_table[:b, start : start + step].flatten()  # [B*C]
+        blocks = block_table[:b, start : min(start + step, num_blocks)].flatten()  # [B*C]
         # index_select, not k_cache[blocks]: advanced indexing is ~50x slower on the CPU
         k = kv_cache[0].index_select(0, blocks).view(b, -1, kh, d).transpose(1, 2).float()
         v = kv_cache[1].index_select(0, blocks).view(b, -1, kh, d).transpose(1, 2).float()
