@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+from vgraph.torch_internals import dispatch_has_kernel
+
 LIB_PATH = Path(__file__).resolve().parent / "_C.so"
 
 _loaded: bool | None = None  # None until the first load_ext()
@@ -43,11 +45,7 @@ def ext_unavailable_reason() -> str:
 def has_cuda_kernels(op: str = "paged_attention") -> bool:
     """True when the loaded library carries a CUDA impl of vgraph_C::<op> (a CUDA build that is
     new enough to have that op)."""
-    return (
-        load_ext()
-        and torch._C._dispatch_has_kernel(f"vgraph_C::{op}")
-        and torch._C._dispatch_has_kernel_for_dispatch_key(f"vgraph_C::{op}", "CUDA")
-    )
+    return load_ext() and dispatch_has_kernel(f"vgraph_C::{op}", "CUDA")
 
 
 def use_cuda_op(x: torch.Tensor, op: str) -> bool:

@@ -9,8 +9,8 @@ from torch import nn
 
 from vgraph.compilation.backend import PiecewiseBackend
 from vgraph.config.modes import CUDAGraphMode
-from vgraph.cudagraph.backends import RecorderGraphBackend
 from vgraph.cudagraph.dispatcher import BatchDescriptor
+from vgraph.cudagraph.recorder import RecorderGraphBackend
 from vgraph.forward_context import ForwardContext, set_forward_context
 
 

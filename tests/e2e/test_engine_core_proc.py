@@ -16,6 +16,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+import torch
 import zmq
 
 from tests.e2e.serve_utils import pid_alive, wait_until
@@ -95,6 +96,25 @@ def test_llm_uses_the_process_and_matches_inproc(mp_llm: LLM, model_dir: str) ->
     assert client.call_utility("ping") == "pong"
     stats = client.call_utility("get_stats")
     assert stats["num_running"] == 0 and stats["kv_cache_usage"] == 0.0
+
+
+def test_csrc_backend_in_the_engine_process(model_dir: str) -> None:
+    """The engine core process loads vgraph._C itself (it used to be loaded in the parent only,
+    and the first forward failed on a missing torch.ops.vgraph_C op)."""
+    from vgraph.attention.csrc_backend import CsrcAttentionBackend
+
+    why_not = CsrcAttentionBackend.is_available(torch.device("cpu"))
+    if why_not:
+        pytest.skip(why_not)
+    llm = LLM(model_dir, attention_backend="csrc", **KW)
+    try:
+        assert isinstance(llm.engine.client, MPClient)
+        got = [o.outputs[0].token_ids for o in llm.generate(PROMPTS, greedy(), use_tqdm=False)]
+    finally:
+        llm.shutdown()
+    ref_llm = LLM(model_dir, multiprocess=False, attention_backend="torch", **KW)
+    ref = [o.outputs[0].token_ids for o in ref_llm.generate(PROMPTS, greedy(), use_tqdm=False)]
+    assert got == ref and all(len(t) == 6 for t in got)
 
 
 def test_env_switch_runs_in_process(model_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,6 +13,7 @@ from tests.tiny_models import make_tiny_model
 from vgraph import LLM, SamplingParams
 from vgraph.config.modes import CUDAGraphMode
 from vgraph.worker.input_batch import InputBuffers
+from vgraph.worker.model_runner import ModelRunner
 
 SIZES = [1, 2, 4, 8]
 
@@ -115,3 +116,46 @@ def test_full_with_csrc_backend_captures_mixed_steps(tiny_llama):
     assert got == ref
     torch_ref, _ = run(tiny_llama, "NONE")
     assert got == torch_ref  # and the csrc kernels agree with the torch backend
+
+
+def _held_bytes(runner: ModelRunner, keys: set | None = None) -> int:
+    """Bytes of the distinct storages the runner's CPU graphs (of keys; all when None) refer
+    to beyond their inputs: weights, KV caches and the runner's static buffers."""
+    inputs = [*runner.model.parameters(), *runner.model.buffers(), *runner.kv_caches.values()]
+    for buf in vars(runner.buffers).values():
+        inputs += [getattr(buf, side) for side in ("cpu", "gpu") if hasattr(buf, side)]
+    skip = {t.untyped_storage().data_ptr() for t in inputs}
+    wrappers = [p.graph for p in getattr(runner.model_fn, "backend", runner.model_fn).pieces] if (
+        runner.cudagraph_mode is CUDAGraphMode.PIECEWISE
+    ) else [runner.logits_fn]  # fmt: skip
+    held: dict[int, int] = {}
+    for wrapper in wrappers:
+        for key, entry in wrapper.entries.items():
+            if keys is not None and key not in keys:
+                continue
+            for op in entry.graph.ops:
+                for t in [*op.args, *op.kwargs.values(), *op.outputs]:
+                    if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in skip:
+                        held[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(held.values())
+
+
+@pytest.mark.parametrize("mode", ["FULL_DECODE_ONLY", "PIECEWISE"])
+def test_graphs_of_many_sizes_hold_about_one_sizes_memory(tiny_llama, mode):
+    """The CPU recorder shares memory between graphs as a CUDA graph pool does: graphs of
+    many sizes hold about what the largest one needs, not every intermediate of every capture
+    (which grew the default model past 21 GB with the default capture list)."""
+    sizes = [1, 2, 4, 8, 12, 16, 24, 32]
+    llm = LLM(
+        tiny_llama,
+        max_model_len=256,
+        multiprocess=False,
+        compilation_config={"cudagraph_mode": mode, "cudagraph_capture_sizes": sizes},
+    )
+    prompts, params = workload()
+    got = [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
+    ref, _ = run(tiny_llama, "NONE")
+    assert got == ref
+    runner = llm.engine.client.core.runner
+    largest = {key for _, key in runner.dispatcher.capture_keys() if key.num_tokens == 32}
+    assert 0 < _held_bytes(runner) <= 1.25 * _held_bytes(runner, largest)

@@ -22,6 +22,15 @@ from vgraph.attention.backend import (
 class CsrcAttentionImpl(AttentionImpl):
     _split: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float) -> None:
+        super().__init__(num_heads, num_kv_heads, head_dim, scale)
+        # the library is loaded per process: the engine core's own process never ran the
+        # availability check that loaded it in the frontend
+        if not load_ext():
+            raise RuntimeError(
+                f"the csrc attention backend needs vgraph._C: {ext_unavailable_reason()}"
+            )
+
     def _key_value_caches(self, kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """kv_cache[0], kv_cache[1], made once: a layer's cache never changes, and two view ops
         per call are host time between the captured pieces."""

@@ -35,6 +35,80 @@ def write_kv_cache(
     kv_cache[1].view(num_slots, *value.shape[1:]).index_copy_(0, slots, value)
 
 
+_CHUNK_ELEMS = 1 << 22  # K (and V) elements gathered at a time: 16 MiB each in fp32
+
+
+def paged_decode_attention(
+    out: torch.Tensor,  # [B, num_heads, head_dim], written in full
+    query: torch.Tensor,  # [B, num_heads, head_dim], one token per request
+    kv_cache: torch.Tensor,  # [2, num_blocks, block_size, num_kv_heads, head_dim]
+    block_table: torch.Tensor,  # [>= B, max_blocks_per_req] int32
+    seq_lens: torch.Tensor,  # [>= B] int32; 0 for pad requests (their rows come back 0)
+    scale: float,
+    num_blocks: int,  # blocks of each table row to visit: an upper bound of what is in use
+) -> None:
+    """Attention of each request's query token over its first seq_lens[b] cached tokens.
+
+    Visits the table a chunk of blocks at a time with a running softmax (flash-decoding), so
+    memory stays within _CHUNK_ELEMS however long the context: never K/V for every position.
+    """
+    b = query.shape[0]
+    block_size, kh, d = kv_cache.shape[2], kv_cache.shape[3], kv_cache.shape[4]
+    g = query.shape[1] // kh
+    q = query.view(b, kh, g, d).float() * scale  # [B, KH, G, D]
+    lens = seq_lens[:b, None]  # [B, 1]
+    m = torch.full((b, kh, g), float("-inf"), device=query.device)  # running max
+    denom = torch.zeros((b, kh, g), device=query.device)  # running sum of exp
+    acc = torch.zeros((b, kh, g, d), device=query.device)  # running sum of exp * v
+    step = max(1, _CHUNK_ELEMS // max(1, b * block_size * kh * d))
+    for start in range(0, num_blocks, step):
+        blocks = block_table[:b, start : min(start + step, num_blocks)].flatten()  # [B*C]
+        # index_select, not k_cache[blocks]: advanced indexing is ~50x slower on the CPU
+        k = kv_cache[0].index_select(0, blocks).view(b, -1, kh, d).transpose(1, 2).float()
+        v = kv_cache[1].index_select(0, blocks).view(b, -1, kh, d).transpose(1, 2).float()
+        s = q @ k.transpose(-1, -2)  # [B, KH, G, C*bs]; k, v: [B, KH, C*bs, D]
+        pos = torch.arange(start * block_size, start * block_size + k.shape[2], device=q.device)
+        s = s.masked_fill(~(pos[None, :] < lens)[:, None, None, :], float("-inf"))
+        m_new = torch.maximum(m, s.amax(dim=-1))
+        m_safe = m_new.masked_fill(m_new == float("-inf"), 0.0)  # no token yet: exp stays 0
+        p = torch.exp(s - m_safe[..., None])
+        corr = torch.exp(m - m_safe)
+        denom = denom * corr + p.sum(dim=-1)
+        acc = acc * corr[..., None] + p @ v
+        m = m_new
+    res = acc / denom.clamp_min(torch.finfo(torch.float32).tiny)[..., None]
+    res = torch.where((seq_lens[:b] > 0)[:, None, None, None], res, 0.0)
+    out.copy_(res.reshape(b, kh * g, d))
+
+
+def _paged_decode_attention_cpu(
+    out: torch.Tensor,
+    query: torch.Tensor,
+    kv_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    num_blocks: int,
+) -> None:
+    """The CPU kernel reads the lengths where they live, as a GPU kernel reads device memory:
+    a replayed graph visits the blocks in use, not the table's whole width."""
+    b = query.shape[0]
+    longest = int(seq_lens[:b].max()) if b else 0
+    num_blocks = min(num_blocks, cdiv(longest, kv_cache.shape[2]))
+    paged_decode_attention(out, query, kv_cache, block_table, seq_lens, scale, num_blocks)
+
+
+# An op (not a Python custom op) so the CPU recorder records it as one kernel, replayed on the
+# captured tensors, rather than recording the ops of one length's worth of blocks.
+_lib = torch.library.Library("vgraph", "FRAGMENT")
+_lib.define(
+    "paged_decode_attention(Tensor(a!) out, Tensor query, Tensor kv_cache, Tensor block_table, "
+    "Tensor seq_lens, float scale, int num_blocks) -> ()"
+)
+_lib.impl("paged_decode_attention", _paged_decode_attention_cpu, "CPU")
+_lib.impl("paged_decode_attention", paged_decode_attention, "CUDA")
+
+
 class TorchAttentionImpl(AttentionImpl):
     def write_kv_cache(
         self,
@@ -65,27 +139,29 @@ class TorchAttentionImpl(AttentionImpl):
         query: torch.Tensor,  # [num_reqs_padded, num_heads, head_dim], one token per request
         kv_cache: torch.Tensor,
         md: CommonAttentionMetadata,
-        output: torch.Tensor,
+        output: torch.Tensor,  # [num_reqs_padded, num_heads, head_dim]
     ) -> None:
-        """Batched single-token decode; graph-safe: no host reads, shapes from the buffers."""
-        num_reqs = query.shape[0]
-        block_size = kv_cache.shape[2]
-        # eager: only the blocks the longest sequence needs; capture: the whole table width
-        width = md.block_table.shape[1] if md.for_capture else cdiv(md.max_seq_len, block_size)
-        block_table = md.block_table[:num_reqs, :width]  # [B, W]
-        seq_lens = md.seq_lens[:num_reqs]  # [B]
-        kh, g, d = self.num_kv_heads, self.num_heads // self.num_kv_heads, self.head_dim
-        k = kv_cache[0][block_table].view(num_reqs, -1, kh, d)  # [B, W*bs, KH, D]
-        v = kv_cache[1][block_table].view(num_reqs, -1, kh, d)
-        q = query.view(num_reqs, kh, g, d).float()
-        scores = torch.einsum("bhgd,bthd->bhgt", q, k.float()) * self.scale  # [B, KH, G, T]
-        pos = torch.arange(k.shape[1], device=query.device)
-        valid = pos[None, :] < seq_lens[:, None]  # [B, T]
-        scores = scores.masked_fill(~valid[:, None, None, :], torch.finfo(torch.float32).min)
-        probs = scores.softmax(dim=-1)
-        out = torch.einsum("bhgt,bthd->bhgd", probs, v.float())  # [B, KH, G, D]
-        out = torch.where((seq_lens > 0)[:, None, None, None], out, 0.0)
-        output.copy_(out.reshape(num_reqs, kh * g, d))
+        """Batched single-token decode; graph-safe: no host reads, shapes from the buffers.
+
+        Eager visits the blocks the longest sequence needs. A capture may not read that length,
+        so it calls the op, which bounds its work by the table width (CUDA) or by the lengths it
+        reads when it runs (the CPU "kernel", as a GPU kernel reads device memory).
+        """
+        if md.for_capture:
+            torch.ops.vgraph.paged_decode_attention(
+                output,
+                query,
+                kv_cache,
+                md.block_table,
+                md.seq_lens,
+                self.scale,
+                md.block_table.shape[1],
+            )
+        else:
+            num_blocks = cdiv(md.max_seq_len, kv_cache.shape[2])
+            paged_decode_attention(
+                output, query, kv_cache, md.block_table, md.seq_lens, self.scale, num_blocks
+            )
 
     def _varlen(
         self,

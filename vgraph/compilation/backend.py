@@ -23,11 +23,11 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch._library.custom_ops import OPDEFS
 
-from vgraph.compilation.piece import OpaqueRecorderBackend, PiecewisePiece, debug_graphs
-from vgraph.compilation.split import SplitItem, op_name, split_graph
-from vgraph.cudagraph.backends import GraphBackend, RecorderGraphBackend
+from vgraph.compilation.piece import PiecewisePiece, debug_graphs
+from vgraph.compilation.split import SplitItem, split_graph
+from vgraph.cudagraph.backends import GraphBackend
+from vgraph.torch_internals import compile_fx, custom_op_body, op_name
 
 logger = logging.getLogger(__name__)
 
@@ -68,8 +68,7 @@ class PiecewiseBackend:
             graph_backend = self.graph_backend
             if self.use_inductor:
                 runnable = compile_with_inductor(item.module, fakes)
-                if isinstance(graph_backend, RecorderGraphBackend):
-                    graph_backend = OpaqueRecorderBackend()  # the recorder can't see its kernels
+                graph_backend = graph_backend.for_compiled_code()
             piece = PiecewisePiece(item.name, runnable, graph_backend, item.eager_inputs, debug)
             split_gm.__dict__[item.name] = piece  # instance attribute: the forward finds it first
             self.pieces.append(piece)
@@ -100,8 +99,9 @@ def direct_call(module: torch.fx.GraphModule) -> Callable[..., Any]:
     replaced by the op's Python body: what the op would run, without the dispatcher."""
     for node in module.graph.nodes:
         name = op_name(node.target) if node.op == "call_function" else None
-        if name in OPDEFS:
-            node.target = OPDEFS[name]._init_fn
+        body = custom_op_body(name) if name is not None else None
+        if body is not None:
+            node.target = body
     module.recompile()
     return module.forward
 
@@ -110,8 +110,6 @@ def compile_with_inductor(piece: torch.fx.GraphModule, fakes: dict[str, Any]) ->
     """Inductor on one piece, for symbolic token counts: its inputs are Dynamo's fake values
     (shape [s0, ...]), so the code serves every size. split_module copies them onto the
     piece's placeholders; older torch does not, so fall back to the original node's."""
-    from torch._inductor.compile_fx import compile_fx
-
     example_inputs = []
     for node in piece.graph.nodes:
         if node.op != "placeholder":

@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from vgraph.torch_internals import point_inductor_cache_here
+
 logger = logging.getLogger(__name__)
 
 _TRACED_SOURCES = ("models", "layers", "compilation")  # vgraph subpackages the trace runs through
@@ -88,15 +90,7 @@ class CompileCache:
         """
         self.inductor_dir.mkdir(parents=True, exist_ok=True)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(self.inductor_dir)  # Triton's goes under it
-        from torch._inductor import config as inductor_config
-
-        inductor_config.fx_graph_cache = True
-        try:
-            from torch._inductor.utils import clear_caches
-
-            clear_caches()  # in-memory caches may point at the previous folder
-        except ImportError:  # older torch
-            pass
+        point_inductor_cache_here()  # in-memory caches may point at the previous folder
 
     def lookup(self, graph_hashes: list[str]) -> bool:
         """True when this folder already holds the same pieces (the manifest matches)."""

@@ -27,31 +27,6 @@ from vgraph.forward_context import get_forward_context
 logger = logging.getLogger(__name__)
 
 
-class OpaqueRecorderBackend(GraphBackend):
-    """The CPU recorder's stand-in for Inductor-compiled pieces.
-
-    Inductor's C++ kernels bypass the ATen dispatcher, so the recorder would freeze only the
-    extern calls (mm) and replay stale pointwise results. Instead the whole piece is one opaque
-    op: capture runs it once and keeps the call with its inputs; replay runs it again on those
-    captured inputs and copies into the captured outputs: frozen shapes and addresses, as a CUDA
-    graph of the same kernels would give.
-    """
-
-    def capture(self, fn: Callable[[], Any]) -> tuple[Any, Any]:
-        out = fn()
-        return (fn, out), out
-
-    def replay(self, graph: tuple[Callable[[], Any], Any]) -> None:
-        fn, out = graph
-        for dst, src in zip(_tensors(out), _tensors(fn())):
-            dst.copy_(src)
-
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    values = value if isinstance(value, (tuple, list)) else (value,)
-    return [v for v in values if isinstance(v, torch.Tensor)]
-
-
 def debug_graphs() -> bool:
     return os.environ.get("VGRAPH_DEBUG_GRAPHS", "0") == "1" or logger.isEnabledFor(logging.DEBUG)
 

@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from vgraph.compilation.backend import PiecewiseBackend
 from vgraph.compilation.cache import CompileCache, cache_root, key_factors
 from vgraph.cudagraph.backends import GraphBackend
 from vgraph.forward_context import ForwardContext, set_forward_context
+from vgraph.torch_internals import current_dispatch_mode, inductor_cache_counts, mark_dynamic
 
 if TYPE_CHECKING:
     from vgraph.config import VGraphConfig
@@ -69,7 +69,7 @@ class PiecewiseModel:
         self.stats = stats
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        if _get_current_dispatch_mode() is not None:
+        if current_dispatch_mode() is not None:
             # the CPU recorder capturing a FULL graph: Dynamo refuses to run under a dispatch
             # mode, and the eager model issues the same ops for the recorder to freeze
             return self.model(input_ids, positions)
@@ -99,11 +99,11 @@ def compile_piecewise(
         options={"guard_filter_fn": _drop_all_guards},
     )
 
-    hits0, misses0 = _inductor_cache_counts()
+    hits0, misses0 = inductor_cache_counts()
     t0 = time.perf_counter()
     _trace(compiled, max(2, config.scheduler_config.max_num_batched_tokens), config.device)
     seconds = time.perf_counter() - t0
-    hits, misses = (a - b for a, b in zip(_inductor_cache_counts(), (hits0, misses0)))
+    hits, misses = (a - b for a, b in zip(inductor_cache_counts(), (hits0, misses0)))
 
     hashes = backend.graph_hashes()
     cache_hit = cache.lookup(hashes)
@@ -175,14 +175,7 @@ def _drop_all_guards(guards: list[Any]) -> list[bool]:
 def _trace(compiled: Callable[..., torch.Tensor], num_tokens: int, device: torch.device) -> None:
     input_ids = torch.zeros(num_tokens, dtype=torch.int64, device=device)  # [T]
     positions = torch.zeros(num_tokens, dtype=torch.int64, device=device)  # [T]
-    torch._dynamo.mark_dynamic(input_ids, 0)
-    torch._dynamo.mark_dynamic(positions, 0)
+    mark_dynamic(input_ids, 0)
+    mark_dynamic(positions, 0)
     with set_forward_context(ForwardContext(attn_metadata=None)):  # runtime mode: eager
         compiled(input_ids, positions)
-
-
-def _inductor_cache_counts() -> tuple[int, int]:
-    from torch._dynamo.utils import counters
-
-    c = counters["inductor"]
-    return c["fxgraph_cache_hit"], c["fxgraph_cache_miss"]

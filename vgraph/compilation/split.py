@@ -20,6 +20,8 @@ import torch
 import torch.fx
 from torch.fx.passes.split_module import split_module
 
+from vgraph.torch_internals import OpOverload, OpOverloadPacket, op_name, op_schema
+
 _VIEW_METHODS = {
     "view",
     "reshape",
@@ -56,15 +58,6 @@ class SplitItem:
         )
 
 
-def op_name(target: object) -> str | None:
-    """'ns::name' of a torch.ops target (packet or overload); None for anything else."""
-    if isinstance(target, torch._ops.OpOverloadPacket):
-        return target._qualified_op_name
-    if isinstance(target, torch._ops.OpOverload):
-        return target._schema.name
-    return None
-
-
 def _splitting_name(node: torch.fx.Node, splitting_ops: set[str]) -> str | None:
     if node.op != "call_function":
         return None
@@ -73,7 +66,7 @@ def _splitting_name(node: torch.fx.Node, splitting_ops: set[str]) -> str | None:
         return None
     if name in splitting_ops:
         return name
-    if isinstance(node.target, torch._ops.OpOverload):
+    if isinstance(node.target, OpOverload):
         full = f"{name}.{node.target._overloadname}"
         if full in splitting_ops:
             return full
@@ -142,10 +135,10 @@ def _written_buffers(node: torch.fx.Node) -> list[torch.fx.Node]:
     """The nodes that allocated each tensor argument the op writes into (through views);
     placeholders are graph inputs (static by the runner's contract) and are left out."""
     target = node.target
-    if isinstance(target, torch._ops.OpOverloadPacket):
+    if isinstance(target, OpOverloadPacket):
         target = getattr(target, target.overloads()[0])
     out = []
-    for i, sarg in enumerate(target._schema.arguments):
+    for i, sarg in enumerate(op_schema(target).arguments):
         if sarg.alias_info is None or not sarg.alias_info.is_write:
             continue
         base = node.args[i] if i < len(node.args) else node.kwargs.get(sarg.name)
