@@ -160,9 +160,9 @@ def test_capture_default_list_llama_1b(capsys):
     assert c.graph_memory_bytes > 0
     with capsys.disabled():
         print(
-            f"\nLlama-3.2-1B default capture list: {int(c['num_graphs'])} graphs "
-            f"({llm.config.attention_backend}), {c['capture_seconds']:.1f} s, "
-            f"{c['graph_memory_bytes'] / 2**20:.1f} MiB"
+            f"\nLlama-3.2-1B default capture list: {c.num_graphs} graphs "
+            f"({llm.config.attention_backend}), {c.capture_seconds:.1f} s, "
+            f"{c.graph_memory_bytes / 2**20:.1f} MiB"
         )
     out = llm.generate(
         [list(range(1, 30))] * 3,
