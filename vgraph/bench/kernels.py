@@ -16,7 +16,7 @@ import torch
 
 # first match wins; the fused decode ops are named before the plain matrix and norm kernels
 KERNEL_FAMILIES = [
-    ("fused_decode", r"vgraph_decode|fused_qkv|fused_mlp|fused_o_proj"),
+    ("fused_decode", r"vgraph::gemv::|gemv_kernel<"),
     ("attention", r"paged_attention|attention|flash|fmha"),
     ("kv_cache_write", r"reshape_and_cache|cache_kernel"),
     ("matmul", r"gemm|gemv|nvjet|xmma|cutlass|matmul|splitK|sm90_"),
