@@ -187,7 +187,7 @@ def print_tables(report: dict[str, Any]) -> None:
     levels = report["workload"]["concurrency"]
     print(f"\n{report['model']}: capture-list sweep ({report['workload']['source']} workload)")
     head = f"{'candidate':<34}{'graphs':>7}{'start s':>9}{'compile s':>10}{'capture s':>10}"
-    head += f"{'mem MiB':>9}{'KV blks':>9}{'E[step] ms':>11}{'pad %':>7}{'>max':>7}"
+    head += f"{'mem MiB':>9}{'KV blks':>9}{'E[step] ms':>11}{'pad % max':>10}{'>max':>7}"
     print(head)
     for r in rows:
         if "error" in r:
@@ -200,11 +200,12 @@ def print_tables(report: dict[str, Any]) -> None:
         row += f"{r.get('compile_s', 0.0):>10.1f}{r['capture_s']:>10.1f}"
         row += f"{r['graph_memory_mib']:>9.1f}{r['graph_kv_blocks']:>9.0f}"
         row += f"{r['expected_step_ms']:>11.3f}"
-        row += f"{max(e['decode_pad_waste_pct'] for e in e2e):>7.1f}"
+        row += f"{max(e['decode_pad_waste_pct'] for e in e2e):>10.1f}"
         row += f"{sum(e['eager_fallbacks']['above_max_size'] for e in e2e):>7}"
         print(row + ("  *" if r["pareto_memory"] else ""))
     print(
-        "E[step]: the workload's mean decode step (= TPOT); pad %: extra decode tokens computed; "
+        "E[step]: the workload's mean decode step (= TPOT); pad % max: extra decode tokens "
+        "computed, at the concurrency level that pads most; "
         ">max: steps run eagerly above the largest size; *: on the Pareto front of graph memory "
         "vs E[step]"
     )
