@@ -1,16 +1,22 @@
-// paged_attention on CUDA: split-K ("flash-decoding") over the paged KV cache.
+// paged_attention on CUDA: split-K ("flash-decoding") over the paged KV cache, in one launch.
 //
 // Grid (num_tokens, num_heads / GT, num_parts): one CTA per (query token, group of GT query heads
 // sharing one kv head, context partition). Each CTA streams its partition of K/V once for all GT
-// heads through a cp.async pipeline, keeps an online softmax per token lane, merges the lanes in
-// shared memory, and writes either the final row (the context fits one partition) or an
-// unnormalised partial that paged_attention_reduce_kernel merges. Prefill and mixed batches use
-// the same path per query token (correct, not tuned: K/V are re-read per token, from L2).
+// heads through a cp.async pipeline, keeps an online softmax per token lane, and merges the lanes
+// in shared memory. A context that fits one partition is written as the final row at once. A
+// longer one leaves one unnormalised partial per partition in the workspace; the last CTA of the
+// (token, group) to finish, told by an arrival counter, merges them into the output row (there is
+// no second launch). Prefill and mixed batches use the same path per query token (correct, not
+// tuned: K/V are re-read per token, from L2).
 //
 // CUDA graphs: the grid depends only on num_tokens, num_heads and the static sizes of the buffers
 // (block_table width, SM count). Every length, request boundary and block id is read on the device;
 // a partition's length is derived there from the sequence length, and CTAs past the end exit.
+// The arrival counters live in a process-lifetime buffer per device (merge_counters) that is zero
+// between launches: the merging CTA resets its counter, so a replay or the next call starts clean.
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_bf16.h>
@@ -19,6 +25,8 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <mutex>
+#include <vector>
 
 #include "common.h"
 
@@ -30,9 +38,9 @@ constexpr int kTokensPerLane = 4;     // consecutive positions per token lane pe
 constexpr int kStages = 3;            // cp.async pipeline depth: 48 KiB smem, 4 CTAs per SM
 constexpr int kMinChunk = 64;         // smallest partition, in positions
 constexpr int kMaxChunk = 8192;       // longest partition a long context is cut into
-constexpr int kMaxParts = 512;        // bound on partitions (the reduce keeps weights in smem)
+constexpr int kMaxParts = 512;        // bound on partitions (the merge keeps weights in smem)
 constexpr int64_t kMaxWorkspaceBytes = 64 << 20;  // bound on the partials of one call
-constexpr int kReduceThreads = 256;
+constexpr int64_t kMinCounters = 4096;            // first size of a device's counter buffer
 
 struct AttnParams {
   void* out;                     // [num_tokens, num_heads, head_dim] (strided rows)
@@ -44,7 +52,7 @@ struct AttnParams {
   const int* block_table;        // [num_reqs_padded, max_blocks_per_req] (row stride bt_stride)
   float* part_out;               // [num_tokens, num_heads, num_parts, head_dim]
   float2* part_ml;               // [num_tokens, num_heads, num_parts] (max in log2 units, sum)
-  int* part_used;                // [num_tokens] partitions holding a partial
+  unsigned int* counters;        // [num_tokens, num_heads / GT] arrivals, zero between launches
   int64_t q_tok_stride, q_head_stride, o_tok_stride, o_head_stride, bt_stride;
   int num_heads, num_kv_heads, num_reqs, max_blocks, log2_block_size, num_parts, group;
   float scale_log2;              // softmax scale * log2(e): scores live in log2 units
@@ -58,8 +66,14 @@ struct AttnCfg {
   static constexpr int kTokensPerIter = kTokenLanes * kTokensPerLane;
   static constexpr int kPipeBytes = kStages * kTokensPerLane * 2 * kThreads * 16;
   static constexpr int kMergeBytes = kTokenLanes * GT * (HEAD_DIM + 2) * 4;
+  // merge of the partitions: weights and sums [GT][kMaxParts] each, 1 / sum [GT], float4 rows
+  static constexpr int kColumns = GT * HEAD_DIM / 4;  // float4 columns of the GT output rows
+  static constexpr int kPartsInFlight = kColumns >= kThreads ? 1 : kThreads / kColumns;
+  static constexpr int kPartsBytes = 2 * GT * kMaxParts * 4 + (GT + 3) / 4 * 16 + kThreads * 16;
   static constexpr int kSmemBytes = kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes;
   static_assert(kLanes <= 32 && 32 % kLanes == 0, "a position's lanes must sit in one warp");
+  static_assert(kColumns % kThreads == 0 || kThreads % kColumns == 0, "columns tile the CTA");
+  static_assert(kPartsBytes <= kSmemBytes, "the partition merge fits the pipeline's smem");
 };
 
 __device__ __forceinline__ float fast_exp2(float x) {
@@ -170,6 +184,100 @@ __device__ __forceinline__ void split_context(int ctx, int num_parts, int log2_b
   used = (ctx + c - 1) / c;
 }
 
+// Merges the `used` partials of heads h0..h0+GT of token t into their output rows:
+// out = sum_p acc_p 2^(m_p - M) / sum_p l_p 2^(m_p - M), M the largest m_p. Called by the last CTA
+// of the (token, group) to arrive, after its acquire fence: the partials of the other CTAs were
+// written during this launch, so they are read through L2 (__ldcg), never from a stale L1 line.
+// One warp per head computes the weights; then kPartsInFlight partitions are read side by side
+// (float4 columns), their sums added in shared memory.
+template <typename scalar_t, int HEAD_DIM, int GT>
+__device__ __forceinline__ void merge_partials(const AttnParams& p, int t, int h0, int used,
+                                               scalar_t* out, unsigned char* smem) {
+  using Cfg = AttnCfg<scalar_t, HEAD_DIM, GT>;
+  constexpr int DV = HEAD_DIM / 4;  // float4 columns of one head's row
+  constexpr int COLS = Cfg::kColumns;
+  constexpr int PL = Cfg::kPartsInFlight;
+  float* s_w = reinterpret_cast<float*>(smem);  // [GT][kMaxParts] m_p, then 2^(m_p - M)
+  float* s_l = s_w + GT * kMaxParts;            // [GT][kMaxParts] l_p
+  float* s_inv = s_l + GT * kMaxParts;          // [GT] 1 / sum_p l_p 2^(m_p - M)
+  float4* s_acc = reinterpret_cast<float4*>(s_inv + ((GT + 3) / 4) * 4);  // [PL][COLS]
+  const int tid = threadIdx.x;
+  const int lane = tid % 32;
+  const int64_t row0 = (static_cast<int64_t>(t) * p.num_heads + h0) * p.num_parts;
+
+  for (int g = tid / 32; g < GT; g += kThreads / 32) {
+    const float2* ml = p.part_ml + row0 + g * p.num_parts;
+    float* w = s_w + g * kMaxParts;
+    float* l = s_l + g * kMaxParts;
+    float mx = -INFINITY;  // every used partition saw a position: its m_p is finite
+    for (int i = lane; i < used; i += 32) {
+      const float2 e = __ldcg(ml + i);
+      w[i] = e.x;
+      l[i] = e.y;
+      mx = fmaxf(mx, e.x);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    float sum = 0.f;
+    for (int i = lane; i < used; i += 32) {  // the entries this lane wrote above
+      const float wi = fast_exp2(w[i] - mx);
+      w[i] = wi;
+      sum = fmaf(l[i], wi, sum);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (lane == 0) s_inv[g] = 1.f / sum;
+  }
+  __syncthreads();
+
+  auto store = [&](int c, float4 a) {  // column c of the GT rows, normalised, in the dtype
+    const int g = c / DV;
+    const float inv = s_inv[g];
+    scalar_t* o = out + (h0 + g) * p.o_head_stride + (c % DV) * 4;
+    o[0] = static_cast<scalar_t>(a.x * inv);
+    o[1] = static_cast<scalar_t>(a.y * inv);
+    o[2] = static_cast<scalar_t>(a.z * inv);
+    o[3] = static_cast<scalar_t>(a.w * inv);
+  };
+  const int pl = tid / COLS;  // 0 when COLS >= kThreads
+  for (int c = tid % COLS; c < COLS; c += kThreads) {
+    const int g = c / DV;
+    const float4* po = reinterpret_cast<const float4*>(p.part_out) +
+                       (row0 + static_cast<int64_t>(g) * p.num_parts) * DV + c % DV;
+    const float* w = s_w + g * kMaxParts;
+    float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+    for (int i = pl; i < used; i += PL) {
+      const float4 v = __ldcg(po + static_cast<int64_t>(i) * DV);
+      const float wi = w[i];
+      a.x = fmaf(wi, v.x, a.x);
+      a.y = fmaf(wi, v.y, a.y);
+      a.z = fmaf(wi, v.z, a.z);
+      a.w = fmaf(wi, v.w, a.w);
+    }
+    if constexpr (PL == 1) {
+      store(c, a);
+    } else {
+      s_acc[pl * COLS + c] = a;
+    }
+  }
+  if constexpr (PL > 1) {
+    __syncthreads();
+    if (tid < COLS) {
+      float4 r = s_acc[tid];
+#pragma unroll
+      for (int j = 1; j < PL; ++j) {
+        const float4 v = s_acc[j * COLS + tid];
+        r.x += v.x;
+        r.y += v.y;
+        r.z += v.z;
+        r.w += v.w;
+      }
+      store(tid, r);
+    }
+  }
+}
+
 template <typename scalar_t, int HEAD_DIM, int GT>
 __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnParams p) {
   using Cfg = AttnCfg<scalar_t, HEAD_DIM, GT>;
@@ -180,6 +288,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
   constexpr int TPI = Cfg::kTokensPerIter;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int s_meta[4];
+  __shared__ bool s_last;  // this CTA is the last of its (token, group) to arrive
 
   const int t = blockIdx.x;
   const int h0 = blockIdx.y * GT;
@@ -214,7 +323,6 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
   }
   int chunk, used;
   split_context(ctx, p.num_parts, p.log2_block_size, chunk, used);
-  if (p.num_parts > 1 && part == 0 && blockIdx.y == 0 && tid == 0) p.part_used[t] = used;
   if (used == 0) {  // pad token: the row is defined as zeros
     if (part == 0) {
       for (int i = tid; i < GT * HEAD_DIM; i += kThreads) {
@@ -374,7 +482,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
       sum = fmaf(s_l[j * GT + g], w, sum);
       a = fmaf(s_acc[(j * GT + g) * HEAD_DIM + d], w, a);
     }
-    if (used == 1) {  // the whole context in one partition: final row, the reduce skips it
+    if (used == 1) {  // the whole context in one partition: the final row, no counter
       out[(h0 + g) * p.o_head_stride + d] = static_cast<scalar_t>(a / sum);
     } else {
       const int64_t row = (static_cast<int64_t>(t) * p.num_heads + h0 + g) * p.num_parts + part;
@@ -382,98 +490,27 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
       if (d == 0) p.part_ml[row] = make_float2(mx, sum);
     }
   }
-}
+  if (used == 1) return;
 
-template <bool kMax>
-__device__ __forceinline__ float block_reduce(float x, float* s_tmp) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    const float y = __shfl_xor_sync(0xffffffffu, x, off);
-    x = kMax ? fmaxf(x, y) : x + y;
-  }
-  const int warp = threadIdx.x / 32;
-  if (threadIdx.x % 32 == 0) s_tmp[warp] = x;
-  __syncthreads();
-  x = s_tmp[0];
-  for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) {
-    x = kMax ? fmaxf(x, s_tmp[w]) : x + s_tmp[w];
-  }
-  __syncthreads();  // s_tmp is reused by the next call
-  return x;
-}
-
-// Merges the partials of one (token, head): out = sum_p acc_p 2^(m_p - M) / sum_p l_p 2^(m_p - M).
-// Partitions are read side by side (PL rows of float4 lanes) so their loads overlap.
-template <typename scalar_t, int HEAD_DIM>
-__global__ void __launch_bounds__(kReduceThreads) paged_attention_reduce_kernel(const AttnParams p) {
-  constexpr int DV = HEAD_DIM / 4;           // float4 lanes of one row
-  constexpr int PL = kReduceThreads / DV;    // partitions in flight
-  static_assert(kMaxParts % kReduceThreads == 0, "stats are read kMaxParts / threads at a time");
-  __shared__ float s_w[kMaxParts];           // 2^(m_p - M)
-  __shared__ float s_l[kMaxParts];
-  __shared__ float s_tmp[kReduceThreads / 32];
-  __shared__ float4 s_acc[PL][DV];
-  const int t = blockIdx.x;
-  const int h = blockIdx.y;
-  const int tid = threadIdx.x;
-  scalar_t* out = reinterpret_cast<scalar_t*>(p.out) + t * p.o_tok_stride + h * p.o_head_stride;
-  const int64_t row0 = (static_cast<int64_t>(t) * p.num_heads + h) * p.num_parts;
-  // Stats are read before n is known (entries past n are ignored), saving a round trip.
-  float2 e[kMaxParts / kReduceThreads];
-#pragma unroll
-  for (int j = 0; j < kMaxParts / kReduceThreads; ++j) {
-    const int i = tid + j * kReduceThreads;
-    e[j] = i < p.num_parts ? p.part_ml[row0 + i] : make_float2(-INFINITY, 0.f);
-  }
-  const int n = p.part_used[t];
-  if (n <= 1) return;  // pad token or a single partition: the main kernel wrote the row
-  float mx = -INFINITY;
-#pragma unroll
-  for (int j = 0; j < kMaxParts / kReduceThreads; ++j) {
-    const int i = tid + j * kReduceThreads;
-    if (i < n) {
-      s_w[i] = e[j].x;
-      s_l[i] = e[j].y;
-      mx = fmaxf(mx, e[j].x);
+  // 5. Arrive, and the last arrival merges. The barrier orders every thread's partial stores
+  // before thread 0's fence, which (cumulative, as in cooperative groups' grid sync) makes them
+  // visible device-wide before the arrival is counted; the CTA that sees the count reach `used`
+  // fences again before its threads read the others' partials. No CTA waits for another, so
+  // nothing depends on which CTAs are resident together. The last arrival resets the counter:
+  // nothing else touches it in this launch, and the next launch is stream-ordered after this one.
+  __syncthreads();  // also: every thread is done with the lane-merge buffers
+  if (tid == 0) {
+    unsigned int* counter = p.counters + static_cast<int64_t>(t) * gridDim.y + blockIdx.y;
+    __threadfence();  // release: this CTA's partials before its arrival
+    const bool last = atomicAdd(counter, 1u) == static_cast<unsigned int>(used - 1);
+    if (last) {
+      *counter = 0u;
+      __threadfence();  // acquire: the earlier arrivals' partials are read after their count
     }
+    s_last = last;
   }
-  mx = block_reduce<true>(mx, s_tmp);
-  float sum = 0.f;
-  for (int i = tid; i < n; i += kReduceThreads) {
-    const float w = fast_exp2(s_w[i] - mx);
-    s_w[i] = w;
-    sum = fmaf(s_l[i], w, sum);
-  }
-  const float inv = 1.f / block_reduce<false>(sum, s_tmp);  // its barriers publish s_w
-  const int pl = tid / DV;
-  const int dv = tid % DV;
-  const float4* po = reinterpret_cast<const float4*>(p.part_out + row0 * HEAD_DIM) + dv;
-  float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 4
-  for (int i = pl; i < n; i += PL) {
-    const float4 v = po[i * DV];
-    const float w = s_w[i];
-    a.x = fmaf(w, v.x, a.x);
-    a.y = fmaf(w, v.y, a.y);
-    a.z = fmaf(w, v.z, a.z);
-    a.w = fmaf(w, v.w, a.w);
-  }
-  s_acc[pl][dv] = a;
   __syncthreads();
-  if (tid < DV) {
-    float4 r = s_acc[0][tid];
-#pragma unroll
-    for (int j = 1; j < PL; ++j) {
-      r.x += s_acc[j][tid].x;
-      r.y += s_acc[j][tid].y;
-      r.z += s_acc[j][tid].z;
-      r.w += s_acc[j][tid].w;
-    }
-    out[4 * tid] = static_cast<scalar_t>(r.x * inv);
-    out[4 * tid + 1] = static_cast<scalar_t>(r.y * inv);
-    out[4 * tid + 2] = static_cast<scalar_t>(r.z * inv);
-    out[4 * tid + 3] = static_cast<scalar_t>(r.w * inv);
-  }
+  if (s_last) merge_partials<scalar_t, HEAD_DIM, GT>(p, t, h0, used, out, smem);
 }
 
 // Number of partitions, from static sizes only (num_tokens, head groups, block_table width, SM
@@ -489,6 +526,43 @@ int choose_num_parts(const AttentionShape& s, int64_t num_groups, int64_t reside
                  kMaxWorkspaceBytes / std::max<int64_t>(part_bytes, 1),
                  static_cast<int64_t>(kMaxParts)});
   return static_cast<int>(std::max<int64_t>(np, 1));
+}
+
+// The arrival counters of the partition merge on `device`, at least n of them, all zero.
+//
+// Invariant: every counter is zero whenever no paged_attention launch is running on the device.
+// A buffer starts zeroed, and each launch returns the counters it used to zero (the merging CTA
+// resets its own), so one buffer per device serves every call, eager or replayed from a CUDA
+// graph, in any order, provided the calls on a device are stream-ordered (one stream, or streams
+// joined by events), which is how the engine runs a step: two launches running at once would
+// share counters. The buffer grows, never shrinks, and a replaced buffer is never freed: a graph
+// captured earlier keeps its address, and its counters stay zero between launches like any
+// other's. Growth may happen during a capture, so it is done outside the stream order: cudaMalloc
+// in relaxed capture mode, zeroed on a private stream and synchronised before the kernel using it
+// is launched (or replayed), never as a captured node.
+unsigned int* merge_counters(c10::DeviceIndex device, int64_t n) {
+  struct Buffer {
+    unsigned int* ptr = nullptr;
+    int64_t size = 0;
+  };
+  static std::mutex mutex;
+  static std::vector<Buffer> buffers(c10::cuda::device_count());
+  const std::lock_guard<std::mutex> lock(mutex);
+  Buffer& b = buffers.at(device);
+  if (b.size < n) {
+    const int64_t size = std::max({n, 2 * b.size, kMinCounters});
+    const size_t bytes = static_cast<size_t>(size) * sizeof(unsigned int);
+    const c10::cuda::CUDAStreamCaptureModeGuard relaxed(cudaStreamCaptureModeRelaxed);
+    void* ptr = nullptr;
+    C10_CUDA_CHECK(cudaMalloc(&ptr, bytes));
+    cudaStream_t side = nullptr;
+    C10_CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    C10_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, side));
+    C10_CUDA_CHECK(cudaStreamSynchronize(side));
+    C10_CUDA_CHECK(cudaStreamDestroy(side));
+    b = Buffer{static_cast<unsigned int*>(ptr), size};  // the old one stays allocated (above)
+  }
+  return b.ptr;
 }
 
 template <typename scalar_t, int HEAD_DIM, int GT>
@@ -512,23 +586,18 @@ void launch(const AttentionShape& s, AttnParams p, const at::Tensor& query, cuda
   p.num_parts = choose_num_parts(s, num_groups, resident_ctas);
   at::Tensor workspace;  // one allocation for the partials: static sizes for a given shape
   if (p.num_parts > 1) {
-    const int64_t rows = s.num_tokens * s.num_heads * p.num_parts;  // even: HEAD_DIM is
+    const int64_t rows = s.num_tokens * s.num_heads * p.num_parts;
     const auto f32 = query.options().dtype(at::kFloat);
-    workspace = at::empty({rows * (HEAD_DIM + 2) + s.num_tokens}, f32);
+    workspace = at::empty({rows * (HEAD_DIM + 2)}, f32);
     float* base = workspace.data_ptr<float>();
     p.part_out = base;                                             // rows * HEAD_DIM floats
     p.part_ml = reinterpret_cast<float2*>(base + rows * HEAD_DIM);  // rows float2, 8-aligned
-    p.part_used = reinterpret_cast<int*>(base + rows * (HEAD_DIM + 2));  // num_tokens ints
+    p.counters = merge_counters(query.device().index(), s.num_tokens * num_groups);
   }
   const dim3 grid(static_cast<unsigned>(s.num_tokens), static_cast<unsigned>(num_groups),
                   static_cast<unsigned>(p.num_parts));
   kernel<<<grid, kThreads, Cfg::kSmemBytes, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  if (p.num_parts > 1) {
-    const dim3 rgrid(static_cast<unsigned>(s.num_tokens), static_cast<unsigned>(s.num_heads));
-    paged_attention_reduce_kernel<scalar_t, HEAD_DIM><<<rgrid, kReduceThreads, 0, stream>>>(p);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
 }
 
 template <typename scalar_t, int HEAD_DIM>

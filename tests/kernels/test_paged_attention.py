@@ -1,7 +1,8 @@
 """vgraph_C.paged_attention (with reshape_and_cache writing the step's K/V) against the torch
 reference, over dtypes, head sizes, block sizes, GQA ratios and decode / prefill / mixed batches
 with pad requests and pad tokens; on CPU always, on CUDA under the `gpu` marker. Also: a CUDA graph
-captured once stays correct when the lengths and block tables in its buffers change.
+captured once stays correct when the lengths and block tables in its buffers change, and replays
+of several graphs with split and unsplit contexts leave the CUDA merge's arrival counters at zero.
 """
 
 from __future__ import annotations
@@ -322,6 +323,99 @@ def test_cuda_graph_replay_follows_new_lengths() -> None:
             getattr(static, name).copy_(getattr(src, name))
         static.block_table.copy_(padded_table(src))
         static.pad_rows = src.pad_rows
+        kv_ref = static.kv_cache.clone()
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(out, run_ref(static, kv_ref), static.pad_rows)
+
+
+def copy_step(static: Batch, src: Batch) -> None:
+    """Loads a step's inputs into a captured graph's buffers (src's block table may be narrower)."""
+    for name in ("query", "key", "value", "slot_mapping", "query_start_loc", "seq_lens"):
+        getattr(static, name).copy_(getattr(src, name))
+    static.block_table.zero_()
+    static.block_table[:, : src.block_table.shape[1]] = src.block_table
+    static.pad_rows = src.pad_rows
+
+
+# (seq_len low, seq_len high) of the decode requests of one replay: contexts of at most 64
+# positions fit one partition (kMinChunk), longer ones are cut into several.
+ONE_PART, SEVERAL_PARTS, ANY = (1, 64), (65, 4096), (1, 4096)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not (torch.cuda.is_available() and has_cuda_kernels()),
+    reason="needs a GPU and a CUDA build of vgraph._C",
+)
+@pytest.mark.parametrize(("group", "head_dim"), [(1, 64), (2, 128), (8, 128)])
+def test_cuda_graph_replays_reset_the_merge_counters(group: int, head_dim: int) -> None:
+    """Decode graphs of 1 and 8 tokens, replayed in turn with one-partition and split contexts and
+    fewer real requests than tokens: the last CTA of a split context merges the partials and
+    resets its arrival counter, so every replay (sharing one counter buffer) matches the torch
+    reference, and a counter left over would leave rows unwritten (NaN) or merged too early."""
+    # make_batch's tables are 2 blocks wider than the longest context: 4096 / 16 + 2 <= 260
+    dtype, block_size, max_blocks = torch.bfloat16, 16, 260
+    num_blocks = 8 * max_blocks + 5
+    gen = torch.Generator().manual_seed(group * 1000 + head_dim)
+
+    def step(num_tokens: int, num_real: int, lens: tuple[int, int], seed: int) -> Batch:
+        seq_lens = torch.randint(lens[0], lens[1] + 1, (num_real,), generator=gen).tolist()
+        return make_batch(
+            [(1, s) for s in seq_lens],
+            group,
+            head_dim,
+            block_size,
+            dtype,
+            "cuda",
+            seed=seed,
+            num_pad_reqs=num_tokens - num_real,
+            num_pad_tokens=num_tokens - num_real,
+        )
+
+    graphs: dict[int, tuple[torch.cuda.CUDAGraph, Batch, torch.Tensor]] = {}
+    for num_tokens in (1, 8):
+        first = step(num_tokens, num_tokens, SEVERAL_PARTS, seed=num_tokens)
+        static = Batch(
+            first.query.clone(),
+            first.key.clone(),
+            first.value.clone(),
+            torch.randn(2, num_blocks, block_size, NUM_KV_HEADS, head_dim, device="cuda").to(dtype),
+            first.slot_mapping.clone(),
+            first.query_start_loc.clone(),
+            first.seq_lens.clone(),
+            torch.zeros(num_tokens, max_blocks, dtype=torch.int32, device="cuda"),
+            first.pad_rows,
+        )
+        copy_step(static, first)
+        out = torch.empty_like(static.query)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            run_op(static, out)  # warm-up outside the capture
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            run_op(static, out)
+        graphs[num_tokens] = (graph, static, out)
+
+    # (num_tokens, real requests, context range): the two graphs interleaved, split contexts
+    # followed by one-partition ones and the same split contexts again
+    replays = [
+        (1, 1, SEVERAL_PARTS),
+        (8, 8, SEVERAL_PARTS),
+        (1, 1, ONE_PART),
+        (8, 8, ONE_PART),
+        (8, 8, ANY),
+        (1, 1, SEVERAL_PARTS),
+        (8, 5, SEVERAL_PARTS),
+        (8, 2, ANY),
+        (8, 8, SEVERAL_PARTS),
+    ]
+    for i, (num_tokens, num_real, lens) in enumerate(replays):
+        graph, static, out = graphs[num_tokens]
+        copy_step(static, step(num_tokens, num_real, lens, seed=100 + i))
         kv_ref = static.kv_cache.clone()
         out.fill_(float("nan"))
         graph.replay()
