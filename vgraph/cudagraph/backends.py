@@ -20,6 +20,10 @@ class GraphBackend(ABC):
 
     # whether capture sees kernels that bypass the ATen dispatcher (Inductor's compiled code)
     sees_compiled_kernels: ClassVar[bool]
+    # whether eager runs must precede a capture: on CUDA they settle lazy state (library
+    # handles, workspaces, autotuning) that must not be captured; a backend whose capture is an
+    # ordinary eager run needs none
+    warmup_before_capture: ClassVar[bool] = True
 
     @abstractmethod
     def capture(self, fn: Callable[[], Any]) -> tuple[Any, Any]:

@@ -339,10 +339,13 @@ class ModelRunner:
         c = self.graph_stats
         t0, mem0 = time.perf_counter(), self.graph_backend.memory_in_use()
         mem = mem0
+        warmups = self.compilation_config.cudagraph_num_of_warmups
+        if not self.graph_backend.warmup_before_capture:
+            warmups = 0
         for mode, key in tqdm(keys, desc="Capturing graphs", unit="graph"):
             step = self.buffers.prepare_dummy(key.num_tokens, self.dispatcher.num_reqs_padded(key))
             common = self.build_common_metadata(step, for_capture=mode is CUDAGraphMode.FULL)
-            for _ in range(self.compilation_config.cudagraph_num_of_warmups):
+            for _ in range(warmups):
                 self.execute_forward(step, common)
             self.execute_forward(step, common, mode, key, capturing=True)
             mem, before = self.graph_backend.memory_in_use(), mem
