@@ -2,9 +2,9 @@
 
 Each wrapper says what it wraps and why vgraph needs it. Nothing else in vgraph may import from
 `torch._C`, `torch._library`, `torch._dynamo`, `torch._inductor`, `torch.utils._python_dispatch`
-or `torch.utils._pytree`, nor read an op's `_schema` or a custom op's body. (Exceptions kept out
-on purpose: vgraph/config and vgraph/compilation/__init__.py must stay import-light and import
-nothing from vgraph, so their two Triton / Dynamo availability probes stay where they are.)
+or `torch.utils._pytree`, nor read an op's `_schema` or a custom op's body. (One exception, on
+purpose: vgraph/config imports nothing from vgraph, so its Triton and Dynamo availability probes
+in config/compilation.py stay where they are.)
 """
 
 from __future__ import annotations
