@@ -25,7 +25,6 @@ import datetime
 import json
 import os
 import platform
-import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from vgraph._ext import ext_unavailable_reason, has_cuda_kernels, load_ext
+from vgraph.bench.kernels import time_graph
 
 CONFIGS = ("SmolLM2-135M", "Llama-3.2-1B", "Qwen3-0.6B")
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "vgraph" / "models" / "configs"
@@ -50,27 +50,6 @@ def chain(call: Callable[[int], object], num_layers: int) -> Callable[[], None]:
             call(i)
 
     return step
-
-
-def time_graph(step: Callable[[], None], calls: int, replays: int) -> float:
-    """Median microseconds per call of `step` (which issues `calls` ops), captured in one graph."""
-    step()  # warm-up and lazy init outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    for _ in range(3):
-        graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(replays):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    del graph
-    return statistics.median(times)
 
 
 class Model:

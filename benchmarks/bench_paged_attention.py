@@ -17,38 +17,21 @@ import datetime
 import json
 import math
 import platform
-import statistics
 import sys
 from collections.abc import Callable
 
 import torch
 
 from vgraph._ext import ext_unavailable_reason, has_cuda_kernels, load_ext
+from vgraph.bench.kernels import time_graph
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE = 32, 8, 128, 16
 DTYPE = torch.bfloat16
 
 
-def time_graph(calls: list[Callable[[], object]], replays: int) -> float:
+def time_calls(calls: list[Callable[[], object]], replays: int) -> float:
     """Median microseconds per call of `calls` captured back to back in one CUDA graph."""
-    for call in calls:  # warm-up and lazy init outside the capture
-        call()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    for _ in range(3):
-        graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(replays):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / len(calls))
-    return statistics.median(times)
+    return time_graph(lambda: [call() for call in calls], len(calls), replays)
 
 
 class Case:
@@ -138,14 +121,14 @@ def run_case(batch: int, context: int, args: argparse.Namespace, l2: int) -> dic
     out = torch.empty_like(case.query)
     row: dict = {"batch": batch, "context": context, "bytes": case.bytes}
     row["floor_us"] = case.bytes / (args.hbm_tbs * 1e12) * 1e6
-    row["vgraph_us"] = time_graph(case.vgraph_calls(out), args.replays)
+    row["vgraph_us"] = time_calls(case.vgraph_calls(out), args.replays)
     row["vgraph_pct_of_floor"] = 100 * row["floor_us"] / row["vgraph_us"]
     if args.flashinfer:
         for tensor_cores in (False, True):
             key = f"flashinfer{'_tc' if tensor_cores else ''}_us"
             try:
                 fi_out = torch.empty_like(case.query)
-                row[key] = time_graph(case.flashinfer_calls(fi_out, tensor_cores), args.replays)
+                row[key] = time_calls(case.flashinfer_calls(fi_out, tensor_cores), args.replays)
                 # Both ran last on the same copy of the block table: outputs must agree.
                 err = (fi_out.float() - out.float()).norm() / fi_out.float().norm()
                 row[key.replace("_us", "_rel_diff")] = err.item()

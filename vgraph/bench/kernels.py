@@ -1,4 +1,5 @@
-"""Kernels per step and GPU time per kernel family, from torch.profiler's CUDA activity.
+"""Kernels per step and GPU time per kernel family, from torch.profiler's CUDA activity; and
+time_graph, the CUDA-graph timing loop of the kernel benchmarks in benchmarks/.
 
 Kernels replayed inside a CUDA graph are reported like launched ones, so the same count works for
 every mode. Families group kernel names by what they compute; a name no rule knows is its own
@@ -8,6 +9,7 @@ family, so nothing is hidden under "other".
 from __future__ import annotations
 
 import re
+import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -90,3 +92,26 @@ def profile_kernels(step: Callable[[], Any], num_steps: int = 10) -> dict[str, A
 def _is_transfer(name: str) -> bool:
     """Host-device copies are activity records too, but not kernels of the step."""
     return name.startswith("Memcpy") or name.startswith("Memset")
+
+
+def time_graph(step: Callable[[], Any], calls: int, replays: int) -> float:
+    """Median microseconds per call of `step` (which issues `calls` ops) captured in one CUDA
+    graph: one eager run first (lazy initialisation stays out of the capture), three untimed
+    replays, then `replays` timed with CUDA events."""
+    step()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for _ in range(3):
+        graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(replays):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / calls)
+    del graph
+    return statistics.median(times)
