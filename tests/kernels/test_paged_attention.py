@@ -172,6 +172,21 @@ def run_ref(b: Batch, kv_cache: torch.Tensor, num_reqs: int | None = None) -> to
     return out
 
 
+def capture_op(static: Batch) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """run_op over static's buffers captured in a CUDA graph (after a warm-up on a side stream,
+    outside the capture) -> (graph, the output it writes)."""
+    out = torch.empty_like(static.query)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        run_op(static, out)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run_op(static, out)
+    return graph, out
+
+
 def check(out: torch.Tensor, ref: torch.Tensor, pad_rows: torch.Tensor) -> None:
     assert not out.isnan().any(), "some rows of out were not written"
     assert (out[pad_rows] == 0).all(), "pad-token rows must be zeros"
@@ -307,16 +322,7 @@ def test_cuda_graph_replay_follows_new_lengths() -> None:
         padded_table(first),
         first.pad_rows,
     )
-    out = torch.empty_like(static.query)
-
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        run_op(static, out)  # warm-up outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run_op(static, out)
+    graph, out = capture_op(static)
 
     for src in (first, second):
         for name in ("query", "key", "value", "slot_mapping", "query_start_loc", "seq_lens"):
@@ -389,15 +395,7 @@ def test_cuda_graph_replays_reset_the_merge_counters(group: int, head_dim: int) 
             first.pad_rows,
         )
         copy_step(static, first)
-        out = torch.empty_like(static.query)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            run_op(static, out)  # warm-up outside the capture
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            run_op(static, out)
+        graph, out = capture_op(static)
         graphs[num_tokens] = (graph, static, out)
 
     # (num_tokens, real requests, context range): the two graphs interleaved, split contexts
