@@ -3,7 +3,9 @@
 For each batch x context (bf16, head_dim 128, 32 query / 8 kv heads, block size 16): times the op
 inside a CUDA graph (CUDA events, warm-up, median of many replays), computes the bytes-moved floor
 (K+V read, q read, out written) at --hbm-tbs, and times FlashInfer's
-BatchDecodeWithPagedKVCacheWrapper the same way when flashinfer imports (plan outside the timing).
+BatchDecodeWithPagedKVCacheWrapper the same way when flashinfer imports (plan outside the timing),
+plain and with tensor cores, and FlashInfer through vgraph's flashinfer backend (its planner's
+CUDA-graph wrapper and the layer's forward, as the engine's FULL graphs run it).
 Each graph cycles through several copies of the KV data (different block ids in one cache) so
 that small cases read HBM, not L2. Prints a table; writes JSON to --out.
 
@@ -115,6 +117,50 @@ class Case:
 
         return [call(i) for i in range(self.calls_per_graph)]
 
+    def backend_calls(self, out: torch.Tensor) -> list[Callable[[], object]]:
+        """FlashInfer as the engine runs it: vgraph's flashinfer backend, its planner's CUDA-graph
+        decode wrapper planned on the host, the layer's forward captured."""
+        from vgraph.attention.backend import AttentionSpec, CommonAttentionMetadata
+        from vgraph.attention.flashinfer_backend import FlashInferAttentionImpl, FlashInferPlanner
+
+        spec = AttentionSpec(
+            NUM_HEADS,
+            NUM_KV_HEADS,
+            HEAD_DIM,
+            self.scale,
+            BLOCK_SIZE,
+            DTYPE,
+            torch.device("cuda"),
+            max_num_reqs=self.batch,
+            max_blocks_per_req=self.blocks_per_req,
+        )
+        impl = FlashInferAttentionImpl(NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, self.scale)
+        plans = []
+        for i in range(self.copies):
+            table = self.block_tables[i]
+            seq_lens_cpu = self.seq_lens.cpu()
+            common = CommonAttentionMetadata(
+                query_start_loc=self.query_start_loc,
+                seq_lens=self.seq_lens,
+                block_table=table,
+                slot_mapping=torch.full((self.batch,), -1, device="cuda", dtype=torch.int64),
+                query_start_loc_cpu=self.query_start_loc.cpu(),
+                seq_lens_cpu=seq_lens_cpu,
+                block_table_cpu=table.cpu(),
+                num_reqs=self.batch,
+                num_actual_tokens=self.batch,
+                max_query_len=1,
+                max_seq_len=self.context,
+            )
+            FlashInferPlanner(spec).plan(common, full_graph=True)
+            plans.append(common)
+
+        def call(i: int) -> Callable[[], object]:
+            common = plans[i % self.copies]
+            return lambda: impl.forward(self.query, self.kv_cache, common, out)
+
+        return [call(i) for i in range(self.calls_per_graph)]
+
 
 def run_case(batch: int, context: int, args: argparse.Namespace, l2: int) -> dict:
     case = Case(batch, context, l2)
@@ -134,6 +180,13 @@ def run_case(batch: int, context: int, args: argparse.Namespace, l2: int) -> dic
                 row[key.replace("_us", "_rel_diff")] = err.item()
             except Exception as e:  # noqa: BLE001 - an API drift must not lose the sweep
                 row[key.replace("_us", "_error")] = f"{type(e).__name__}: {e}"
+        try:
+            be_out = torch.empty_like(case.query)
+            row["flashinfer_backend_us"] = time_calls(case.backend_calls(be_out), args.replays)
+            err = (be_out.float() - out.float()).norm() / be_out.float().norm()
+            row["flashinfer_backend_rel_diff"] = err.item()
+        except Exception as e:  # noqa: BLE001
+            row["flashinfer_backend_error"] = f"{type(e).__name__}: {e}"
         fi = [row[k] for k in ("flashinfer_us", "flashinfer_tc_us") if k in row]
         if fi:
             row["vgraph_vs_best_flashinfer"] = min(fi) / row["vgraph_us"]
@@ -167,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     l2 = getattr(props, "L2_cache_size", 50 << 20)
     rows = []
     header = f"{'batch':>5} {'ctx':>5} {'floor us':>9} {'vgraph us':>10} {'% floor':>8}"
-    header += f" {'FI us':>8} {'FI-tc us':>9} {'FI/vgraph':>9}" if args.flashinfer else ""
+    if args.flashinfer:
+        header += f" {'FI us':>8} {'FI-tc us':>9} {'FI/vgraph':>9} {'backend us':>10}"
     print(header)
     for batch in args.batches:
         for context in args.contexts:
@@ -179,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
                 fi, tc = r.get("flashinfer_us", math.nan), r.get("flashinfer_tc_us", math.nan)
                 ratio = r.get("vgraph_vs_best_flashinfer", math.nan)
                 line += f" {fi:>8.1f} {tc:>9.1f} {ratio:>9.2f}"
+                line += f" {r.get('flashinfer_backend_us', math.nan):>10.1f}"
             print(line, flush=True)
     result = {
         "benchmark": "paged_attention_decode",

@@ -6,7 +6,10 @@
 #           that must stay under the device's per-call limit splits them over two calls, e.g.
 #           STEPS="ext tests smollm2" then STEPS="llama profile" (the built vgraph/_C.so stays).
 #   MODES   cudagraph modes of the latency benchmark (default: all five).
-#   Not in the default STEPS: serve (TPOT at concurrency 1 through a real server).
+#   Not in the default STEPS: serve (TPOT at concurrency 1 through a real server); flashinfer
+#   (the flashinfer backend's GPU tests, then the five-mode latency table of SmolLM2-135M for the
+#   csrc, flashinfer and torch backends; FlashInfer compiles its kernels on first use, about
+#   15 s + 90 s, into FLASHINFER_WORKSPACE_BASE).
 #   BENCH_TIMEOUT, TEST_TIMEOUT, SWEEP_TIMEOUT   seconds per latency run / for the GPU tests /
 #           per model of the sweep.
 # Not in the default STEPS: `sweep`, the capture-list sweep of docs/tuning.md on SmolLM2-135M and
@@ -54,6 +57,14 @@ for s in ${STEPS:-ext tests smollm2 llama profile kernels}; do
       --batch 1 --modes FULL PIECEWISE --out "$out/profile_SmolLM2-135M_b1.json" ;;
     serve) serve SmolLM2-135M ;;
     sweep) sweep SmolLM2-135M; sweep Llama-3.2-1B ;;
+    flashinfer) FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-$HOME} step flashinfer_tests \
+        timeout "${TEST_TIMEOUT:-400}" python3 -m pytest -v -p no:cacheprovider \
+        tests/gpu/test_flashinfer_gpu.py tests/test_attention_selection.py
+      for b in csrc flashinfer torch; do
+        step "latency_SmolLM2-135M_$b" timeout "${BENCH_TIMEOUT:-300}" python3 -m vgraph.bench.latency \
+          --model SmolLM2-135M --attention-backend $b --batch-sizes 1 8 32 128 --num-iters 50 \
+          --no-kernel-profile --out "$out/latency_SmolLM2-135M_$b.json"
+      done ;;
     kernels) step kernel_bench python3 benchmarks/bench_paged_attention.py --batches 1 8 32 128 \
       --contexts 512 2048 8192 --out "$out/paged_attention.json" ;;
     *) echo "unknown step $s" >&2; exit 2 ;;

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -26,11 +26,41 @@ class CommonAttentionMetadata:
     slot_mapping: torch.Tensor  # [num_tokens_padded] int64, device; pad tokens have -1
     query_start_loc_cpu: torch.Tensor  # [num_reqs + 1] int32, host copy (eager paths only)
     seq_lens_cpu: torch.Tensor  # [num_reqs] int32, host copy (eager paths only)
+    block_table_cpu: torch.Tensor  # [>= num_reqs, max_blocks_per_req] int32, host (planners)
     num_reqs: int  # real requests
     num_actual_tokens: int  # real tokens
     max_query_len: int
     max_seq_len: int
     for_capture: bool = False  # a graph is being captured: no host-derived shapes allowed
+    backend_plan: Any = None  # what the backend's AttentionPlanner made for this step
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """The model's attention shape and the runner's limits: what a planner sizes itself by."""
+
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    scale: float
+    block_size: int
+    dtype: torch.dtype
+    device: torch.device
+    max_num_reqs: int
+    max_blocks_per_req: int
+
+
+class AttentionPlanner(ABC):
+    """Host-side work a backend does once per step for all layers (index arrays, work split),
+    before the forward and never inside a graph. Backends without one plan nothing."""
+
+    @abstractmethod
+    def plan(self, common: CommonAttentionMetadata, full_graph: bool) -> None:
+        """Set common.backend_plan for this step; full_graph: it will replay a FULL graph."""
+
+    @abstractmethod
+    def warm_up(self) -> None:
+        """Load or build the backend's kernels at start-up."""
 
 
 class AttentionImpl(ABC):
@@ -82,4 +112,9 @@ class AttentionBackend(ABC):
     @classmethod
     def is_available(cls, device: torch.device, head_dim: int | None = None) -> str | None:
         """None if usable on device (for this head size), else why not."""
+        return None
+
+    @classmethod
+    def make_planner(cls, spec: AttentionSpec) -> AttentionPlanner | None:
+        """The backend's per-step planner, or None when its layers need no planning."""
         return None

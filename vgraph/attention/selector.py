@@ -20,7 +20,11 @@ logger = logging.getLogger(__name__)
 _BACKENDS = {
     "torch": "vgraph.attention.torch_backend:TorchAttentionBackend",
     "csrc": "vgraph.attention.csrc_backend:CsrcAttentionBackend",
+    "flashinfer": "vgraph.attention.flashinfer_backend:FlashInferAttentionBackend",
 }
+# "auto" on CUDA: the first usable of these (docs/architecture.md, "Attention backends", gives
+# the measurements behind the order)
+_CUDA_PREFERENCE = ("csrc", "flashinfer")
 
 
 def backend_names() -> list[str]:
@@ -35,15 +39,19 @@ def get_backend_cls(name: str) -> type[AttentionBackend]:
 def resolve_backend_name(name: str, device: torch.device, head_dim: int | None = None) -> str:
     """Map "auto" to the best available backend; reject unknown or unusable names.
 
-    auto: csrc on CUDA when built (it supports full graphs of any step), else torch; on the CPU
-    torch, the readable reference.
+    auto: on CUDA csrc when built (full graphs of any step, as fast or faster at the shipped
+    models' shapes), else flashinfer when installed, else torch; on the CPU torch, the readable
+    reference.
     """
     if name == "auto":
         if device.type == "cuda":
-            why_not = get_backend_cls("csrc").is_available(device, head_dim)
-            if why_not is None:
-                return "csrc"
-            logger.warning("attention backend csrc unavailable (%s); using torch", why_not)
+            reasons = []
+            for candidate in _CUDA_PREFERENCE:
+                why_not = get_backend_cls(candidate).is_available(device, head_dim)
+                if why_not is None:
+                    return candidate
+                reasons.append(f"{candidate}: {why_not}")
+            logger.warning("no fast backend is usable (%s); using torch", "; ".join(reasons))
         return "torch"
     if name not in _BACKENDS:
         raise ValueError(

@@ -160,7 +160,8 @@ def summarize(run: _ModeRun) -> dict[str, Any]:
 
 def print_table(model: str, results: list[dict[str, Any]], batch_sizes: list[int]) -> None:
     head = f"{'mode':<20}{'resolved':<20}" + "".join(f"{'B=' + str(b):>10}" for b in batch_sizes)
-    head += f"{'mixed':>10}{'start s':>10}{'compile s':>10}{'graphs':>8}{'mem MiB':>10}"
+    head += f"{'mixed':>10}{'mixed ran':>19}"
+    head += f"{'start s':>10}{'compile s':>10}{'graphs':>8}{'mem MiB':>10}"
     print(f"\n{model}: decode step latency, median ms")
     print(head)
     for r in results:
@@ -171,7 +172,8 @@ def print_table(model: str, results: list[dict[str, Any]], batch_sizes: list[int
             continue
         row = f"{r['mode']:<20}{r['resolved_mode']:<20}"
         row += "".join(f"{r['decode_ms'][b]:>10.3f}" for b in batch_sizes)
-        row += f"{r.get('mixed_ms', float('nan')):>10.3f}{r['startup_s']:>10.1f}"
+        row += f"{r.get('mixed_ms', float('nan')):>10.3f}"
+        row += f"{r.get('runtime_modes', {}).get('mixed', '-'):>19}{r['startup_s']:>10.1f}"
         row += f"{r.get('compile_s', 0.0):>10.1f}"
         row += f"{int(r['num_graphs']):>8}{r['graph_memory_mib']:>10.1f}"
         print(row)

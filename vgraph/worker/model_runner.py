@@ -18,7 +18,12 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from vgraph.attention.backend import AttentionBackend, CommonAttentionMetadata
+from vgraph.attention.backend import (
+    AttentionBackend,
+    AttentionPlanner,
+    AttentionSpec,
+    CommonAttentionMetadata,
+)
 from vgraph.attention.selector import get_backend_cls
 from vgraph.config import VGraphConfig
 from vgraph.config.modes import CUDAGraphMode
@@ -105,6 +110,7 @@ class ModelRunner:
         self.model_fn: Callable[..., torch.Tensor] | None = None  # model, maybe piecewise
         self.logits_fn: Callable[..., torch.Tensor] | None = None  # + LM head, maybe FULL graph
         self.attn_layers: dict[str, Attention] = {}
+        self.planner: AttentionPlanner | None = None  # the backend's per-step host work
         self.kv_caches: dict[str, torch.Tensor] = {}
         self.num_blocks = 0
         self.memory_before_load = DeviceMemory(0, 0, 0, 0)  # read again by load_model
@@ -124,6 +130,7 @@ class ModelRunner:
                     module.num_heads, module.num_kv_heads, module.head_dim, module.scale
                 )
                 self.attn_layers[module.layer_name] = module
+        self.planner = self._make_planner()
         runnable: Callable[..., torch.Tensor] = self.model
         if self.cudagraph_mode.needs_piecewise():
             from vgraph.compilation.piecewise import compile_piecewise
@@ -142,6 +149,25 @@ class ModelRunner:
             self.dtype,
             time.perf_counter() - t0,
         )
+
+    def _make_planner(self) -> AttentionPlanner | None:
+        layer = next(iter(self.attn_layers.values()))
+        planner = self.attention_backend.make_planner(
+            AttentionSpec(
+                num_heads=layer.num_heads,
+                num_kv_heads=layer.num_kv_heads,
+                head_dim=layer.head_dim,
+                scale=layer.scale,
+                block_size=self.block_size,
+                dtype=self.dtype,
+                device=self.device,
+                max_num_reqs=self.max_num_reqs,
+                max_blocks_per_req=self.max_blocks_per_req,
+            )
+        )
+        if planner is not None:
+            planner.warm_up()
+        return planner
 
     def initialize_kv_cache(self) -> int:
         """Size and allocate the paged KV cache; returns the number of usable blocks."""
@@ -245,12 +271,15 @@ class ModelRunner:
         num_tokens_padded: int | None = None,
         num_reqs_padded: int | None = None,
     ) -> tuple[StepInputs, CommonAttentionMetadata]:
+        """num_reqs_padded is given for FULL replays only (the graph's request count)."""
         step = self.buffers.prepare(sched, num_tokens_padded, num_reqs_padded)
-        return step, self.build_common_metadata(step)
+        return step, self.build_common_metadata(step, full_graph=num_reqs_padded is not None)
 
     def build_common_metadata(
-        self, step: StepInputs, for_capture: bool = False
+        self, step: StepInputs, for_capture: bool = False, full_graph: bool = False
     ) -> CommonAttentionMetadata:
+        """The step's attention metadata, planned by the backend's planner if it has one
+        (full_graph: the step replays or captures a FULL graph)."""
         b = self.buffers
         common = CommonAttentionMetadata(
             query_start_loc=b.query_start_loc.gpu[: step.num_reqs_padded + 1],
@@ -259,12 +288,15 @@ class ModelRunner:
             slot_mapping=b.slot_mapping.gpu[: step.num_tokens_padded],
             query_start_loc_cpu=b.query_start_loc.cpu[: step.num_reqs + 1],
             seq_lens_cpu=b.seq_lens.cpu[: step.num_reqs],
+            block_table_cpu=b.block_table.cpu,
             num_reqs=step.num_reqs,
             num_actual_tokens=step.num_tokens,
             max_query_len=step.max_query_len,
             max_seq_len=step.max_seq_len,
             for_capture=for_capture,
         )
+        if self.planner is not None:
+            self.planner.plan(common, full_graph)
         return common
 
     def execute_forward(
@@ -344,7 +376,8 @@ class ModelRunner:
             warmups = 0
         for mode, key in tqdm(keys, desc="Capturing graphs", unit="graph"):
             step = self.buffers.prepare_dummy(key.num_tokens, self.dispatcher.num_reqs_padded(key))
-            common = self.build_common_metadata(step, for_capture=mode is CUDAGraphMode.FULL)
+            full = mode is CUDAGraphMode.FULL
+            common = self.build_common_metadata(step, for_capture=full, full_graph=full)
             for _ in range(warmups):
                 self.execute_forward(step, common)
             self.execute_forward(step, common, mode, key, capturing=True)
