@@ -45,7 +45,9 @@ def test_flashinfer_missing_names_the_extra(no_flashinfer):
 def test_engine_config_refuses_flashinfer_on_the_cpu():
     """The whole builder, as `vgraph serve --attention-backend flashinfer` reaches it."""
     with pytest.raises(ValueError, match="attention_backend='flashinfer' is not usable on cpu"):
-        create_engine_config("SmolLM2-135M", load_format="dummy", attention_backend="flashinfer")
+        create_engine_config(
+            "SmolLM2-135M", load_format="dummy", attention_backend="flashinfer", device="cpu"
+        )
 
 
 def test_flashinfer_head_dims(monkeypatch):

@@ -68,8 +68,8 @@ class Case:
         qsl = torch.zeros(n + pad_reqs + 1, dtype=torch.int32)
         qsl[1 : n + 1] = q_lens.cumsum(0)
         qsl[n + 1 :] = qsl[n]
-        perm = torch.randperm(NUM_BLOCKS - 1)[: (n + pad_reqs) * MAX_BLOCKS_PER_REQ]
-        table = perm.view(n + pad_reqs, MAX_BLOCKS_PER_REQ).int()
+        # random block ids, repeats allowed: the reference reads the same table
+        table = torch.randint(0, NUM_BLOCKS, (n + pad_reqs, MAX_BLOCKS_PER_REQ), dtype=torch.int32)
         self.num_tokens = int(qsl[n]) + pad_reqs
         self.query = torch.randn(
             (self.num_tokens, self.heads, self.head_dim), device="cuda", dtype=torch.bfloat16
@@ -160,7 +160,8 @@ def _generate(model: str, backend: str, mode: str) -> tuple[list[list[int]], lis
         gpu_memory_utilization=0.3,
         max_num_batched_tokens=64,  # chunked prefills mix with decodes
         attention_backend=backend,
-        compilation_config={"cudagraph_mode": mode, "cudagraph_capture_sizes": [1, 2, 4, 8]},
+        # mixed steps of up to 64 tokens replay piecewise graphs
+        compilation_config={"cudagraph_mode": mode, "cudagraph_capture_sizes": [1, 2, 4, 8, 64]},
     )
     prompts = [list(range(1 + i, 40 + 7 * i)) for i in range(6)]
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True, logprobs=2)
