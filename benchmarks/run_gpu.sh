@@ -9,7 +9,8 @@
 #   Not in the default STEPS: serve (TPOT at concurrency 1 through a real server); flashinfer
 #   (the flashinfer backend's GPU tests, then the five-mode latency table of SmolLM2-135M for the
 #   csrc, flashinfer and torch backends; FlashInfer compiles its kernels on first use, about
-#   15 s + 90 s, into FLASHINFER_WORKSPACE_BASE).
+#   15 s + 90 s, into FLASHINFER_WORKSPACE_BASE; FI_BACKENDS picks the backends of the table) and
+#   the sampler benchmark (vgraph's top-k/top-p path against FlashInfer's kernel).
 #   BENCH_TIMEOUT, TEST_TIMEOUT, SWEEP_TIMEOUT   seconds per latency run / for the GPU tests /
 #           per model of the sweep.
 # Not in the default STEPS: `sweep`, the capture-list sweep of docs/tuning.md on SmolLM2-135M and
@@ -60,7 +61,8 @@ for s in ${STEPS:-ext tests smollm2 llama profile kernels}; do
     flashinfer) FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-$HOME} step flashinfer_tests \
         timeout "${TEST_TIMEOUT:-400}" python3 -m pytest -v -p no:cacheprovider \
         tests/gpu/test_flashinfer_gpu.py tests/test_attention_selection.py
-      for b in csrc flashinfer torch; do
+      step sampler_bench python3 benchmarks/bench_sampler.py --out "$out/sampler.json"
+      for b in ${FI_BACKENDS-csrc flashinfer torch}; do
         step "latency_SmolLM2-135M_$b" timeout "${BENCH_TIMEOUT:-300}" python3 -m vgraph.bench.latency \
           --model SmolLM2-135M --attention-backend $b --batch-sizes 1 8 32 128 --num-iters 50 \
           --no-kernel-profile --out "$out/latency_SmolLM2-135M_$b.json"
