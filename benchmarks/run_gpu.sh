@@ -33,7 +33,7 @@ sweep() { step "sweep_$1" timeout "${SWEEP_TIMEOUT:-300}" python3 -m vgraph.benc
   --model "$1" --modes FULL_DECODE_ONLY PIECEWISE \
   --lists default pow2 1,2,4,6,8,16,24,32,48 recommended --max-sizes 4 \
   --concurrency 1 6 24 48 --input-len 128 --output-len 128 \
-  --num-iters 10 --num-warmup 2 --num-rounds 3 --out "$out/sweep_$1.json"; }
+  --num-iters 20 --num-warmup 2 --num-rounds 5 --out "$out/sweep_$1.json"; }
 
 # `vgraph serve` (engine core in its own process, the default mode) driven by `vgraph bench serve`
 # at concurrency 1: its median TPOT against the batch-1 step of the latency benchmark is the

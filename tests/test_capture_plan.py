@@ -9,7 +9,7 @@ import random
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from vgraph.bench.capture_plan import MemoryModel, StepCosts, optimal_plan
+from vgraph.bench.capture_plan import MemoryModel, StepCosts, nondecreasing_fit, optimal_plan
 from vgraph.bench.sweep_candidates import build_candidates, parse_list
 from vgraph.bench.workload import from_concurrency, load_histogram, parse_metrics
 from vgraph.cudagraph.counters import GraphStats
@@ -172,3 +172,13 @@ def test_candidates():
         build_candidates(["FULL_DECODE_ONLY"], ["1,2,4", "pow2"], None, 3, default, 4)
     with pytest.raises(ValueError, match="--lists: pow2 given more than once"):
         build_candidates(["FULL_DECODE_ONLY"], ["pow2", "pow2"], None, 3, default, 4)
+
+
+def test_nondecreasing_fit_pools_dips_and_keeps_a_rising_curve():
+    assert nondecreasing_fit({1: 1.0, 2: 2.0, 4: 3.0}) == {1: 1.0, 2: 2.0, 4: 3.0}
+    # size 24 timed in a host hiccup: it and the sizes after it are pooled to their mean
+    fit = nondecreasing_fit({8: 1.4, 16: 1.5, 24: 1.8, 32: 1.6, 48: 1.7})
+    assert fit[8] == 1.4 and fit[16] == 1.5
+    assert fit[24] == fit[32] == fit[48] == pytest.approx(1.7)
+    values = list(fit.values())
+    assert values == sorted(values)

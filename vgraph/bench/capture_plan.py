@@ -12,6 +12,8 @@ The cost model, all from one sweep's measurements:
   is estimated as linear in the largest chosen size (MemoryModel).
 Sizes are chosen among the workload's own batch sizes: a size between two of them only pads
 more than the next one down (with latency nondecreasing in size it can't be better).
+The measured per-size graph times are first fitted to that shape (nondecreasing_fit): a host
+hiccup during one size's timing must not make a larger graph look cheaper than a smaller one.
 """
 
 from __future__ import annotations
@@ -20,6 +22,20 @@ import bisect
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+
+def nondecreasing_fit(values: dict[int, float]) -> dict[int, float]:
+    """The least-squares nondecreasing fit of values ordered by key (pool adjacent violators):
+    a run of sizes where time falls with size is replaced by the run's mean."""
+    blocks: list[list[float]] = []  # [sum, count] of each pooled run, in key order
+    for key in sorted(values):
+        blocks.append([values[key], 1])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    fitted = [total / count for total, count in blocks for _ in range(int(count))]
+    return dict(zip(sorted(values), fitted))
 
 
 @dataclass(frozen=True)

@@ -177,7 +177,8 @@ def measure_steps(args: argparse.Namespace, cands: list[Candidate]) -> None:
         stats = [c.core.runner.graph_stats for c in cands]
         before = [(dict(g.steps), dict(g.padded_decode_batch_sizes)) for g in stats]
         calls = [lambda r=c.core.runner, s=c.steps[n]: r.execute_model(s) for c in cands]
-        timed = time_in_turns(calls, args.num_iters, args.num_warmup)
+        # one step of each candidate in turn: a slow spell of the host falls on all alike
+        timed = time_in_turns(calls, args.num_iters, args.num_warmup, block=1)
         for c, g, times, (steps, padded) in zip(cands, stats, timed, before):
             c.step_times[n] = times
             grown = [s for s, k in g.padded_decode_batch_sizes.items() if k > padded.get(s, 0)]
