@@ -19,7 +19,9 @@ import datetime
 import json
 import math
 import platform
+import statistics
 import sys
+import time
 from collections.abc import Callable
 
 import torch
@@ -152,14 +154,26 @@ class Case:
                 max_query_len=1,
                 max_seq_len=self.context,
             )
-            FlashInferPlanner(spec).plan(common, full_graph=True)
+            planner = FlashInferPlanner(spec)
+            planner.plan(common, full_graph=True)
             plans.append(common)
+        self.plan_us = plan_host_us(planner, common)
 
         def call(i: int) -> Callable[[], object]:
             common = plans[i % self.copies]
             return lambda: impl.forward(self.query, self.kv_cache, common, out)
 
         return [call(i) for i in range(self.calls_per_graph)]
+
+
+def plan_host_us(planner, common, calls: int = 50) -> float:
+    """Median host microseconds of one step's planning (what precedes each FULL replay)."""
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        planner.plan(common, full_graph=True)
+        times.append((time.perf_counter() - t0) * 1e6)
+    return statistics.median(times)
 
 
 def run_case(batch: int, context: int, args: argparse.Namespace, l2: int) -> dict:
@@ -183,6 +197,7 @@ def run_case(batch: int, context: int, args: argparse.Namespace, l2: int) -> dic
         try:
             be_out = torch.empty_like(case.query)
             row["flashinfer_backend_us"] = time_calls(case.backend_calls(be_out), args.replays)
+            row["flashinfer_plan_host_us"] = case.plan_us
             err = (be_out.float() - out.float()).norm() / be_out.float().norm()
             row["flashinfer_backend_rel_diff"] = err.item()
         except Exception as e:  # noqa: BLE001
@@ -221,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     header = f"{'batch':>5} {'ctx':>5} {'floor us':>9} {'vgraph us':>10} {'% floor':>8}"
     if args.flashinfer:
-        header += f" {'FI us':>8} {'FI-tc us':>9} {'FI/vgraph':>9} {'backend us':>10}"
+        header += (
+            f" {'FI us':>8} {'FI-tc us':>9} {'FI/vgraph':>9} {'backend us':>10} {'plan us':>8}"
+        )
     print(header)
     for batch in args.batches:
         for context in args.contexts:
@@ -234,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                 ratio = r.get("vgraph_vs_best_flashinfer", math.nan)
                 line += f" {fi:>8.1f} {tc:>9.1f} {ratio:>9.2f}"
                 line += f" {r.get('flashinfer_backend_us', math.nan):>10.1f}"
+                line += f" {r.get('flashinfer_plan_host_us', math.nan):>8.1f}"
             print(line, flush=True)
     result = {
         "benchmark": "paged_attention_decode",
