@@ -99,3 +99,78 @@ def make_tiny_model_with_tokenizer(folder: Path, seed: int = 0) -> Path:
         if (src / name).is_file():
             shutil.copy(src / name, folder / name)
     return folder
+
+
+def make_scripted_model(folder: Path, pieces: list[str], chat_template: str | None = None) -> Path:
+    """A tiny Qwen2 with the default model's tokenizer plus one added token per piece, whose
+    weights make it write the pieces in order, then EOS, after any prompt.
+
+    Every layer's output projections are zero, so the last hidden state is the current token's
+    embedding: each regular token embeds as e0, piece k as e(k+1), and the LM head maps e0 to
+    piece 0, e(k+1) to piece k+1 and the last piece to EOS, by a margin (logit 32 over 0) that
+    sampling at temperature 1 does not overcome. Tool-call tests get a model that calls tools.
+    """
+    from tokenizers import AddedToken
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    from vgraph.models.default_model import ensure_default_model
+
+    tok = AutoTokenizer.from_pretrained(ensure_default_model())
+    tok.add_tokens([AddedToken(p, normalized=False, special=False) for p in pieces])
+    if chat_template is not None:
+        tok.chat_template = chat_template
+    tok.save_pretrained(folder)
+    piece_ids = tok.convert_tokens_to_ids(pieces)
+    eos = tok.eos_token_id
+    kwargs = dict(TINY, vocab_size=len(tok), tie_word_embeddings=False)
+    config = Qwen2Config(**kwargs, bos_token_id=tok.bos_token_id, eos_token_id=eos)
+    model = Qwen2ForCausalLM(config).eval()
+    hidden = config.hidden_size
+    assert len(pieces) + 1 <= hidden
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        model.model.norm.weight.fill_(1.0)
+        embed = model.model.embed_tokens.weight  # [vocab, hidden]
+        embed.zero_()
+        embed[:, 0] = 1.0
+        head = model.lm_head.weight  # [vocab, hidden]
+        head.zero_()
+        # RMSNorm turns a one-hot e_j into sqrt(hidden) * e_j: logit = 4 * 8 = 32 at hidden 64
+        for k, tid in enumerate(piece_ids):
+            embed[tid] = 0.0
+            embed[tid, k + 1] = 1.0
+            head[tid, k] = 4.0
+        head[eos, len(pieces)] = 4.0
+    model.save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+# What the scripted tool model writes: content, then a Hermes tool call whose start tag is split
+# across two tokens (so streaming must hold back a partial tag).
+TOOL_PIECES = [
+    "Checking. <tool",
+    '_call>\n{"name": "get_weather", "arguments": ',
+    '{"city": "Paris"}}\n</tool_call>',
+]
+# A Qwen2.5-style template, cut down: tools, assistant tool calls, tool results, and one template
+# variable (`greeting`) for chat_template_kwargs.
+TOOL_CHAT_TEMPLATE = (  # HF renders with trim_blocks: newlines after tags are written as {{ nl }}
+    "{%- set nl = '\\n' %}"
+    "{%- if greeting is defined %}{{ greeting + nl }}{% endif %}"
+    "{%- if tools %}{{ '<|im_start|>system' + nl + '<tools>' }}"
+    "{%- for tool in tools %}{{ nl + (tool | tojson) }}{% endfor %}"
+    "{{ nl + '</tools><|im_end|>' + nl }}{% endif %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'assistant' and m.tool_calls %}{{ '<|im_start|>assistant' }}"
+    "{%- for c in m.tool_calls %}{{ nl + '<tool_call>' + nl }}"
+    '{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments | tojson }}}'
+    "{{ nl + '</tool_call>' }}{% endfor %}{{ '<|im_end|>' + nl }}"
+    "{%- elif m.role == 'tool' %}"
+    "{{ '<|im_start|>user' + nl + '<tool_response>' + nl + m.content + nl }}"
+    "{{ '</tool_response><|im_end|>' + nl }}"
+    "{%- else %}{{ '<|im_start|>' + m.role + nl + m.content + '<|im_end|>' + nl }}{% endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant' + nl }}{% endif %}"
+)

@@ -1,5 +1,6 @@
-"""What the engine returns: RequestOutput with one CompletionOutput per sample for users, and
-TokenLogprobs, the model runner's per-token logprobs (carried over the wire as they are)."""
+"""What the engine returns: RequestOutput with one CompletionOutput per sample and the request's
+RequestMetrics for users, and TokenLogprobs, the model runner's per-token logprobs (carried over
+the wire as they are)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,16 @@ class CompletionOutput:
 
 
 @dataclass
+class RequestMetrics:
+    """Wall-clock times (time.time(), seconds) of one user request, as vLLM's."""
+
+    arrival_time: float  # when the frontend took it
+    first_token_time: float | None = None  # when its first generated token reached the frontend
+    last_token_time: float | None = None
+    finished_time: float | None = None
+
+
+@dataclass
 class RequestOutput:
     request_id: str
     prompt: str | None
@@ -44,3 +55,4 @@ class RequestOutput:
     outputs: list[CompletionOutput] = field(default_factory=list)
     finished: bool = False
     error: str | None = None
+    metrics: RequestMetrics | None = None

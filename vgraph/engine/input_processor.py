@@ -13,7 +13,8 @@ from vgraph.config import ModelConfig
 from vgraph.engine.protocol import EngineCoreRequest
 from vgraph.sampling_params import SamplingParams
 
-PromptType = str | list[int]
+PromptType = str | list[int] | dict[str, Any]  # dict: vLLM's {"prompt": ...} / TokensPrompt
+PROMPT_KEYS = ("prompt", "prompt_token_ids")
 
 
 class InputProcessor:
@@ -25,10 +26,14 @@ class InputProcessor:
         self.eos_token_ids = eos_token_ids
 
     def process_prompt(self, prompt: PromptType) -> tuple[str | None, list[int]]:
-        """Validate a prompt (text or token ids) and tokenize text: (text or None, token ids).
+        """Validate a prompt (text, token ids, or vLLM's {"prompt": text} / {"prompt_token_ids":
+        ids} dict) and tokenize text: (text or None, token ids).
 
         Raises ValueError for a user's mistake; nothing is queued anywhere."""
         mc = self.model_config
+        if isinstance(prompt, dict):
+            text, ids = self.process_prompt(unwrap_prompt_dict(prompt))
+            return prompt.get("prompt", text), ids
         if isinstance(prompt, str):
             if not prompt:
                 raise ValueError("prompt='' is empty; give at least one character or token")
@@ -61,7 +66,7 @@ class InputProcessor:
         else:
             raise ValueError(
                 f"prompt of type {type(prompt).__name__} is not allowed; "
-                "use a str or a list of ints"
+                'use a str or a list of ints, or {"prompt": str} or {"prompt_token_ids": [ints]}'
             )
         bad = next((t for t in ids if not 0 <= t < mc.vocab_size), None)
         if bad is not None:
@@ -106,3 +111,30 @@ class InputProcessor:
 
 def child_request_id(parent_id: str, index: int, n: int) -> str:
     return parent_id if n == 1 else f"{index}_{parent_id}"
+
+
+def unwrap_prompt_dict(prompt: dict[str, Any]) -> str | list[int]:
+    """The text or token ids of a prompt dict: prompt_token_ids when present (a "prompt" beside
+    them is only the text reported back), else prompt."""
+    unknown = sorted(str(k) for k in prompt if k not in PROMPT_KEYS)
+    if unknown or not any(k in prompt for k in PROMPT_KEYS):
+        raise ValueError(
+            f"prompt dict with keys {sorted(map(str, prompt))} is not allowed; give "
+            '"prompt" (text) or "prompt_token_ids" (a list of ints), and no other key'
+        )
+    if "prompt_token_ids" in prompt:
+        ids = prompt["prompt_token_ids"]
+        if "prompt" in prompt and not isinstance(prompt["prompt"], str):
+            raise ValueError('prompt dict: "prompt" beside "prompt_token_ids" must be a str')
+        if not isinstance(ids, (list, tuple)):
+            raise ValueError(
+                f'prompt dict: "prompt_token_ids" of type {type(ids).__name__} is not allowed; '
+                "use a list of ints"
+            )
+        return list(ids)
+    if not isinstance(prompt["prompt"], str):
+        raise ValueError(
+            f'prompt dict: "prompt" of type {type(prompt["prompt"]).__name__} is not allowed; '
+            "use a str"
+        )
+    return prompt["prompt"]

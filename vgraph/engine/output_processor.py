@@ -7,13 +7,21 @@ happens here, so the ids of such requests are returned for the caller to abort i
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from vgraph.engine.detokenizer import IncrementalDetokenizer
 from vgraph.engine.protocol import EngineCoreOutput
-from vgraph.outputs import CompletionOutput, Logprob, RequestOutput, TokenLogprobs
+from vgraph.outputs import (
+    CompletionOutput,
+    Logprob,
+    RequestMetrics,
+    RequestOutput,
+    TokenLogprobs,
+)
 from vgraph.sampling_params import SamplingParams
 
 
@@ -44,6 +52,7 @@ class ParentState:
     prompt_token_ids: list[int]
     kind: OutputKind
     children: list[ChildState]
+    metrics: RequestMetrics
     error: str | None = None
 
     @property
@@ -76,7 +85,8 @@ class OutputProcessor:
             if p.logprobs is not None:
                 child.logprobs, child.cumulative_logprob = [], 0.0
             children.append(child)
-        parent = ParentState(request_id, prompt, prompt_token_ids, kind, children)
+        metrics = RequestMetrics(arrival_time=time.time())
+        parent = ParentState(request_id, prompt, prompt_token_ids, kind, children, metrics)
         self.parents[request_id] = parent
         for c in children:
             self.child_to_parent[c.request_id] = parent
@@ -94,6 +104,7 @@ class OutputProcessor:
         """Returns the RequestOutputs to hand out and the engine request ids to abort."""
         touched: dict[str, ParentState] = {}
         to_abort: list[str] = []
+        now = time.time()
         for out in outputs:
             parent = self.child_to_parent.get(out.request_id)
             if parent is None:  # aborted by the frontend while the step ran
@@ -103,6 +114,10 @@ class OutputProcessor:
                 continue
             if self._update_child(child, out):
                 to_abort.append(child.request_id)
+            if out.new_token_ids:
+                if parent.metrics.first_token_time is None:
+                    parent.metrics.first_token_time = now
+                parent.metrics.last_token_time = now
             if out.error is not None:
                 parent.error = out.error
             touched[parent.request_id] = parent
@@ -178,6 +193,8 @@ class OutputProcessor:
                     comp = self._completion(c, delta=True)
                     if comp is not None:
                         completions.append(comp)
+        if parent.finished and parent.metrics.finished_time is None:
+            parent.metrics.finished_time = time.time()
         return RequestOutput(
             request_id=parent.request_id,
             prompt=parent.prompt,
@@ -185,6 +202,7 @@ class OutputProcessor:
             outputs=completions,
             finished=parent.finished,
             error=parent.error,
+            metrics=dataclasses.replace(parent.metrics),  # a snapshot: later outputs move on
         )
 
     def _completion(self, c: ChildState, delta: bool) -> CompletionOutput | None:

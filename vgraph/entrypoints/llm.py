@@ -11,10 +11,12 @@ from tqdm import tqdm
 from vgraph.engine.arg_utils import create_engine_config
 from vgraph.engine.input_processor import PromptType
 from vgraph.engine.llm_engine import LLMEngine
+from vgraph.entrypoints.chat_utils import render_chat
+from vgraph.entrypoints.generation_config import load_sampling_defaults
 from vgraph.outputs import RequestOutput
 from vgraph.sampling_params import SamplingParams
 
-Message = dict[str, str]
+Message = dict[str, Any]
 
 
 class LLM:
@@ -23,14 +25,27 @@ class LLM:
     Keyword arguments are those of create_engine_config (dtype, max_model_len, load_format,
     attention_backend, block_size, max_num_seqs, max_num_batched_tokens, ...). The engine core
     runs in its own process unless multiprocess=False (or VGRAPH_ENABLE_MULTIPROCESSING=0).
+    generation_config: where generate() without sampling_params takes its defaults ("auto": the
+    model's generation_config.json, "vllm": SamplingParams(), or a folder), as vLLM.
     """
 
     def __init__(
-        self, model: str | None = None, multiprocess: bool | None = None, **kwargs: Any
+        self,
+        model: str | None = None,
+        multiprocess: bool | None = None,
+        generation_config: str = "auto",
+        **kwargs: Any,
     ) -> None:
         self.config = create_engine_config(model, **kwargs)
+        self.default_sampling = load_sampling_defaults(
+            self.config.model_config.model, generation_config
+        )
         self.engine = LLMEngine(self.config, multiprocess=multiprocess)
         self._ids = itertools.count()
+
+    def get_default_sampling_params(self) -> SamplingParams:
+        """SamplingParams() with the model's generation-config defaults (see generation_config)."""
+        return SamplingParams(**self.default_sampling)
 
     def shutdown(self) -> None:
         """Stop the engine core (its process, if any). Also done at exit."""
@@ -46,14 +61,16 @@ class LLM:
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         use_tqdm: bool = True,
     ) -> list[RequestOutput]:
-        """Generate for every prompt (text or token ids); outputs come back in prompt order."""
-        if isinstance(prompts, str) or (
+        """Generate for every prompt (text, token ids, or vLLM's {"prompt": ...} /
+        {"prompt_token_ids": [...]} dicts); outputs come back in prompt order. Without
+        sampling_params: get_default_sampling_params()."""
+        if isinstance(prompts, (str, dict)) or (
             isinstance(prompts, list) and prompts and isinstance(prompts[0], int)
         ):
             prompts = [prompts]
         prompts = list(prompts)
         if sampling_params is None:
-            sampling_params = SamplingParams()
+            sampling_params = self.get_default_sampling_params()
         if isinstance(sampling_params, SamplingParams):
             params = [sampling_params] * len(prompts)
         else:
@@ -82,14 +99,22 @@ class LLM:
         sampling_params: SamplingParams | None = None,
         use_tqdm: bool = True,
         add_generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> list[RequestOutput]:
-        """Generate replies to one conversation or a list of them, via the chat template."""
+        """Generate replies to one conversation or a list of them, via the chat template.
+        tools (OpenAI function definitions) and chat_template_kwargs (template variables, e.g.
+        enable_thinking) go to the template, as in /v1/chat/completions."""
         if self.tokenizer is None:
             raise ValueError("chat() needs a tokenizer; this model folder has none")
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages
         prompts = [
-            self.tokenizer.apply_chat_template(
-                conv, tokenize=False, add_generation_prompt=add_generation_prompt
+            render_chat(
+                self.tokenizer,
+                conv,
+                add_generation_prompt=add_generation_prompt,
+                tools=tools,
+                chat_template_kwargs=chat_template_kwargs,
             )
             for conv in conversations
         ]

@@ -1,0 +1,76 @@
+"""A conversation -> prompt text through the tokenizer's chat template; shared by `LLM.chat`,
+/v1/chat/completions and /tokenize so all three render the same text.
+
+Tools (OpenAI function definitions) and extra template variables (`chat_template_kwargs`, e.g.
+Qwen3's enable_thinking) are handed to the template, as vLLM does. It must not tokenize, nor
+know about HTTP: a user's mistake is a ChatTemplateError (a ValueError naming the field).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# apply_chat_template's own parameters: template variables must not override how it renders
+RESERVED_TEMPLATE_KWARGS = frozenset(
+    {
+        "conversation",
+        "messages",
+        "tools",
+        "documents",
+        "chat_template",
+        "add_generation_prompt",
+        "continue_final_message",
+        "tokenize",
+        "padding",
+        "truncation",
+        "max_length",
+        "return_tensors",
+        "return_dict",
+        "return_assistant_tokens_mask",
+        "tokenizer_kwargs",
+    }
+)
+
+
+class ChatTemplateError(ValueError):
+    """A conversation the template cannot render; `field` names the input at fault."""
+
+    def __init__(self, message: str, field: str = "messages") -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def render_chat(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    *,
+    add_generation_prompt: bool = True,
+    tools: list[dict[str, Any]] | None = None,
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> str:
+    """The prompt text of one conversation. Raises ChatTemplateError."""
+    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        raise ChatTemplateError("this model has no chat template; send a plain text prompt")
+    kwargs = dict(chat_template_kwargs or {})
+    reserved = sorted(RESERVED_TEMPLATE_KWARGS.intersection(kwargs))
+    if reserved:
+        raise ChatTemplateError(
+            f"chat_template_kwargs may not set {', '.join(reserved)}; allowed: template "
+            "variables other than apply_chat_template's own parameters",
+            "chat_template_kwargs",
+        )
+    try:
+        text = tokenizer.apply_chat_template(
+            messages,
+            tools=tools or None,
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+            **kwargs,
+        )
+    except Exception as e:  # noqa: BLE001 - a template that rejects these messages
+        raise ChatTemplateError(f"the chat template rejected the messages: {e}") from None
+    if not isinstance(text, str):  # a template variable changed what apply_chat_template returns
+        raise ChatTemplateError(
+            f"the chat template returned {type(text).__name__}, not text", "chat_template_kwargs"
+        )
+    return text
