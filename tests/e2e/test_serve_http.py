@@ -74,10 +74,14 @@ def test_surrogate_pair_is_text(server: ServerProcess) -> None:
     "body",
     [
         {"prompt": "hi", "model": "m" * 500_000},
-        {"prompt": "hi", "k" * 500_000: 1},
+        {
+            "messages": [{"role": "user", "content": "x"}],
+            "tools": [{"type": "function", "function": {"name": "f"}}],
+            "tool_choice": {"type": "function", "function": {"name": "t" * 500_000}},
+        },
         {"messages": [{"role": "user", "content": "x"}], "model": "m" * 500_000},
     ],
-    ids=["model name", "field name", "chat model name"],
+    ids=["model name", "tool name", "chat model name"],
 )
 def test_errors_quote_a_short_prefix(server: ServerProcess, body: dict[str, object]) -> None:
     path = "chat/completions" if "messages" in body else "completions"
@@ -86,6 +90,14 @@ def test_errors_quote_a_short_prefix(server: ServerProcess, body: dict[str, obje
     assert len(resp.content) < 2000, len(resp.content)
     err = resp.json()["error"]
     assert set(err) == ERROR_KEYS and "500000 characters" in str(err["message"])
+
+
+def test_unknown_field_is_ignored_and_logged_briefly(server: ServerProcess) -> None:
+    start = len(server.log())
+    raw = json.dumps({"prompt": "hi", "max_tokens": 1, "k" * 500_000: 1}).encode()
+    assert post(server, "completions", raw).status_code == 200
+    (line,) = [ln for ln in server.log()[start:].splitlines() if "ignored unknown" in ln]
+    assert "500000 characters" in line and len(line) < 300, line[:300]
 
 
 @pytest.mark.parametrize(

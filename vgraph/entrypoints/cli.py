@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 import os
 import signal
@@ -145,6 +146,63 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
         choices=["critical", "error", "warning", "info", "debug"],
     )
     p.add_argument("--disable-access-log", action="store_true", help="no per-request log lines")
+    p.add_argument(
+        "--generation-config",
+        default="auto",
+        help="sampling defaults for what a request leaves out: auto (the model's "
+        "generation_config.json), vllm (none) or a folder holding one (default: %(default)s)",
+    )
+    p.add_argument(
+        "--tool-call-parser",
+        default="auto",
+        choices=["auto", "hermes", "llama3_json"],
+        help="how tool calls are read from the output for tool_choice auto: hermes "
+        "(<tool_call> JSON, Qwen), llama3_json, or auto (by architecture; default)",
+    )
+    p.add_argument(
+        "--enable-auto-tool-choice",
+        action="store_true",
+        help="accepted for vLLM command lines; tool_choice auto is always served",
+    )
+    p.add_argument(
+        "--enable-request-id-headers",
+        action="store_true",
+        help="echo X-Request-Id (or a fresh id) on every response",
+    )
+    p.add_argument(
+        "--allowed-origins",
+        type=_json_str_list,
+        default=[],
+        metavar="JSON",
+        help="CORS origins as a JSON list, e.g. '[\"*\"]' (default: none, no cross-origin use)",
+    )
+    p.add_argument(
+        "--allowed-methods",
+        type=_json_str_list,
+        default=["*"],
+        metavar="JSON",
+        help="CORS methods as a JSON list (default: all)",
+    )
+    p.add_argument(
+        "--allowed-headers",
+        type=_json_str_list,
+        default=["*"],
+        metavar="JSON",
+        help="CORS headers as a JSON list (default: all)",
+    )
+    p.add_argument(
+        "--allow-credentials", action="store_true", help="CORS: allow credentials (cookies)"
+    )
+
+
+def _json_str_list(text: str) -> list[str]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; use a JSON list of strings")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -163,7 +221,8 @@ def make_parser(argv: list[str]) -> argparse.ArgumentParser:
         "serve",
         help="start the OpenAI-compatible HTTP server",
         description="Start the OpenAI-compatible HTTP server (/v1/models, "
-        "/v1/completions, /v1/chat/completions, /health, /version, /metrics).",
+        "/v1/completions, /v1/chat/completions, /tokenize, /detokenize, /health, /ping, "
+        "/version, /metrics).",
     )
     add_serve_args(serve)
     bench = sub.add_parser("bench", help=f"benchmarks: {', '.join(BENCH_SUBCOMMANDS)}")

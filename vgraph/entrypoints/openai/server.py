@@ -1,20 +1,21 @@
 """`vgraph serve`: the OpenAI-compatible HTTP server (FastAPI + uvicorn) in front of AsyncLLM.
 
-Routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions, GET /health (503 once
-the engine is dead), GET /version, GET /metrics. With an API key, every /v1 path, known or not,
-answers 401 without it (APIKeyMiddleware), so the routes are not revealed.
+Routes: GET /v1/models, GET /v1/models/{id}, POST /v1/completions, POST /v1/chat/completions,
+POST /tokenize, POST /detokenize, GET /health and GET|POST /ping (503 once the engine is dead),
+GET /version, GET /metrics. With an API key, every /v1 path, known or not, answers 401 without
+it, so the routes are not revealed; CORS and X-Request-Id are middleware.py's.
 Every error is an OpenAI error body. POST bodies are read by request_body.py (415 unless JSON,
-413 past the size limit, 400 for bad bytes, JSON or surrogates) and parsed strictly here (400
-naming the field). A client that disconnects cancels its handler, which aborts its requests in
-the engine core. Shutdown (SIGINT/SIGTERM) drains in-flight requests (drain.py), then the
-lifespan stops the engine core, and run_server returns only once the core process has exited.
+413 past the size limit, 400 for bad bytes, JSON or surrogates) and parsed here (400 naming the
+field; unknown fields are ignored with one log line naming them). A client that disconnects
+cancels its handler, which aborts its requests in the engine core. Shutdown (SIGINT/SIGTERM)
+drains in-flight requests (drain.py), then the lifespan stops the engine core, and run_server
+returns only once the core process has exited.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable
@@ -27,24 +28,30 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 import vgraph
 from vgraph.engine.async_llm import AsyncLLM
+from vgraph.entrypoints.generation_config import load_sampling_defaults
+from vgraph.entrypoints.openai import protocol
 from vgraph.entrypoints.openai.drain import ClosingStreamingResponse, Drain, DrainingServer
 from vgraph.entrypoints.openai.metrics import PrometheusStatLogger
+from vgraph.entrypoints.openai.middleware import add_middleware, request_id_of
 from vgraph.entrypoints.openai.protocol import (
     APIError,
     ChatCompletionRequest,
-    ChatMessage,
     CompletionRequest,
-    StreamOptions,
-    TextPart,
     brief,
+    ignored_fields,
 )
 from vgraph.entrypoints.openai.request_body import RequestTooLarge, read_json
 from vgraph.entrypoints.openai.serving_chat import OpenAIServingChat
 from vgraph.entrypoints.openai.serving_completion import OpenAIServingCompletion
+from vgraph.entrypoints.openai.serving_tokenization import (
+    DetokenizeRequest,
+    OpenAIServingTokenization,
+    TokenizeRequest,
+)
+from vgraph.entrypoints.openai.tool_parsers import make_tool_parser
 
 if TYPE_CHECKING:
     from vgraph.config import VGraphConfig
@@ -53,34 +60,23 @@ logger = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
 
 
-class APIKeyMiddleware:
-    """401 for every /v1 path without `Authorization: Bearer <key>`, before any routing."""
-
-    def __init__(self, app: ASGIApp, api_key: str) -> None:
-        self.app = app
-        self.expected = f"Bearer {api_key}".encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        if scope["type"] == "http" and (path == "/v1" or path.startswith("/v1/")):
-            got = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(got, self.expected):
-                err = APIError(
-                    "missing or incorrect API key; send `Authorization: Bearer <key>`",
-                    401,
-                    code="invalid_api_key",
-                )
-                await JSONResponse(err.body(), status_code=401)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
 def build_app(engine: AsyncLLM, args: argparse.Namespace) -> FastAPI:
     model_name = engine.config.model_config.name
     stats = PrometheusStatLogger(model_name)
     engine.stat_loggers.append(stats)
-    completion = OpenAIServingCompletion(engine, model_name, args.max_seqs_per_request)
-    chat = OpenAIServingChat(engine, model_name, args.max_seqs_per_request)
+    mc = engine.config.model_config
+    defaults = load_sampling_defaults(mc.model, args.generation_config)
+    completion = OpenAIServingCompletion(engine, model_name, args.max_seqs_per_request, defaults)
+    chat = OpenAIServingChat(
+        engine,
+        model_name,
+        args.max_seqs_per_request,
+        defaults,
+        tool_parser=make_tool_parser(args.tool_call_parser, mc.architecture),
+    )
+    tokenization = OpenAIServingTokenization(
+        engine.tokenizer, model_name, mc.max_model_len, mc.vocab_size
+    )
     limit = args.max_request_body_bytes
     drain = Drain(args.graceful_shutdown_timeout)
 
@@ -95,42 +91,63 @@ def build_app(engine: AsyncLLM, args: argparse.Namespace) -> FastAPI:
 
     app = FastAPI(title="vgraph", version=vgraph.__version__, lifespan=lifespan)
     app.state.drain = drain
-    if args.api_key:
-        app.add_middleware(APIKeyMiddleware, api_key=args.api_key)
+    add_middleware(app, args)
     v1 = APIRouter(prefix="/v1")
+
+    def model_card() -> dict[str, Any]:
+        return {
+            "id": model_name,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "vgraph",
+            "root": mc.model,
+            "parent": None,
+            "max_model_len": mc.max_model_len,
+        }
 
     @v1.get("/models")
     async def models() -> dict[str, Any]:
-        mc = engine.config.model_config
-        return {
-            "object": "list",
-            "data": [
-                {
-                    "id": model_name,
-                    "object": "model",
-                    "created": int(time.time()),
-                    "owned_by": "vgraph",
-                    "root": mc.model,
-                    "parent": None,
-                    "max_model_len": mc.max_model_len,
-                }
-            ],
-        }
+        return {"object": "list", "data": [model_card()]}
+
+    @v1.get("/models/{model_id:path}")
+    async def model(model_id: str) -> dict[str, Any]:
+        if model_id != model_name:
+            raise APIError(
+                f"The model `{brief(model_id)}` does not exist; this server serves `{model_name}`",
+                404,
+                "model",
+                "model_not_found",
+            )
+        return model_card()
 
     @v1.post("/completions")
     async def completions(request: Request) -> Response:
         req = parse(CompletionRequest, await read_json(request, limit))
-        return await respond(request, completion.create_completion(req), drain)
+        work = completion.create_completion(req, request_id_of(request))
+        return await respond(request, work, drain)
 
     @v1.post("/chat/completions")
     async def chat_completions(request: Request) -> Response:
         req = parse(ChatCompletionRequest, await read_json(request, limit))
-        return await respond(request, chat.create_chat_completion(req), drain)
+        work = chat.create_chat_completion(req, request_id_of(request))
+        return await respond(request, work, drain)
 
     app.include_router(v1)
 
+    @app.post("/tokenize")
+    async def tokenize(request: Request) -> dict[str, Any]:
+        return tokenization.tokenize(parse(TokenizeRequest, await read_json(request, limit)))
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request) -> dict[str, Any]:
+        return tokenization.detokenize(parse(DetokenizeRequest, await read_json(request, limit)))
+
     @app.get("/health")
     async def health() -> Response:
+        return Response(status_code=503 if engine.is_dead else 200)
+
+    @app.api_route("/ping", methods=["GET", "POST"])
+    async def ping() -> Response:  # SageMaker's health check, as vLLM serves it
         return Response(status_code=503 if engine.is_dead else 200)
 
     @app.get("/version")
@@ -172,34 +189,44 @@ def build_app(engine: AsyncLLM, args: argparse.Namespace) -> FastAPI:
 def parse(model: type[M], body: Any) -> M:
     """Validate a JSON body; the first problem becomes a 400 naming the field."""
     try:
-        return model.model_validate(body)
+        req = model.model_validate(body)
     except ValidationError as e:
         err = e.errors(include_url=False)[0]
-        if err["type"] == "extra_forbidden":
-            field = ".".join(str(x) for x in err["loc"])
-            raise APIError(
-                f"Unrecognized request argument supplied: {brief(field)}", param=brief(field)
-            ) from None
         # drop the union-branch names pydantic puts in loc ("str", "list[int]", ...)
         field = ".".join(str(x) for x in err["loc"] if isinstance(x, int) or x in _FIELDS) or None
         msg = _UNION_HINTS.get(field or "", err["msg"]) if len(e.errors()) > 1 else err["msg"]
         got = repr(err.get("input"))
         got = f" (got {got})" if len(got) <= 80 and err["type"] != "missing" else ""
         raise APIError(f"{field or 'body'}: {msg}{got}", param=field) from None
+    ignored = ignored_fields(req)
+    if ignored:
+        shown = ", ".join(brief(name, 40) for name in ignored[:MAX_LOGGED_FIELDS])
+        more = len(ignored) - MAX_LOGGED_FIELDS
+        more = f" and {more} more" if more > 0 else ""
+        logger.warning("ignored unknown request fields: %s%s", shown, more)
+    return req
+
+
+MAX_LOGGED_FIELDS = 10
 
 
 _UNION_HINTS = {  # fields whose several allowed forms make pydantic's first complaint misleading
     "prompt": "must be a string, a list of token ids, a list of strings or a list of token-id "
     "lists",
     "stop": "must be a string or a list of at most 16 strings",
+    "tool_choice": 'must be "none", "auto", "required" or {"type": "function", "function": '
+    '{"name": ...}}',
 }
 
 
-_FIELDS = set().union(
+_FIELDS = set().union(  # every field name of every request model
     *(
         m.model_fields
-        for m in (CompletionRequest, ChatCompletionRequest, ChatMessage, StreamOptions, TextPart)
-    )
+        for m in vars(protocol).values()
+        if isinstance(m, type) and issubclass(m, BaseModel)
+    ),
+    TokenizeRequest.model_fields,
+    DetokenizeRequest.model_fields,
 )
 
 

@@ -2,7 +2,9 @@
 
 The prompt is rendered with the tokenizer's chat template exactly as `LLM.chat` does, so a greedy
 request answers as the offline API. max_tokens (or max_completion_tokens) defaults to all that
-fits the context.
+fits the context. Tools (tools, tool_choice, the tool role, earlier tool_calls) go to the
+template; tool calls in the output are read back by tool_parsers.py into `tool_calls` with
+finish_reason "tool_calls".
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from vgraph.entrypoints.chat_utils import ChatTemplateError, render_chat
 from vgraph.entrypoints.openai.protocol import APIError, ChatCompletionRequest
 from vgraph.entrypoints.openai.serving_engine import (
     Choice,
@@ -17,13 +20,22 @@ from vgraph.entrypoints.openai.serving_engine import (
     finite,
     usage,
 )
+from vgraph.entrypoints.openai.tool_parsers import (
+    ToolParser,
+    forced_tool_schema,
+    parse_forced_tool_calls,
+)
 from vgraph.outputs import CompletionOutput, Logprob
 from vgraph.sampling_params import SamplingParams
 
 
 class OpenAIServingChat(OpenAIServing):
+    def __init__(self, *args: Any, tool_parser: ToolParser | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tool_parser = tool_parser  # for tool_choice "auto"; None: calls stay text
+
     async def create_chat_completion(
-        self, req: ChatCompletionRequest
+        self, req: ChatCompletionRequest, request_id: str | None = None
     ) -> dict[str, Any] | AsyncIterator[str]:
         """The response body, or (stream=true) an iterator of SSE events. Raises APIError."""
         self.check_request(req)
@@ -33,41 +45,63 @@ class OpenAIServingChat(OpenAIServing):
         params = self.sampling_params(
             req, req.max_completion_tokens or req.max_tokens, len(ids), None, top_n
         )
-        head = self.response_head("chatcmpl", "chat.completion")
+        tools = self.tool_output(req)
+        if isinstance(tools, dict):
+            params = self.force_tool_schema(params, tools)
+        head = self.response_head("chatcmpl", "chat.completion", request_id)
         if req.stream:
-            return self.stream(req, (text, ids), params, head, top_n)
+            return self.stream(req, (text, ids), params, head, top_n, tools)
         choices: dict[int, Choice] = {}
         async for _, out in self.generate_all([(text, ids)], [params], head["id"]):
             for comp in out.outputs:
                 self.update_choice(choices.setdefault(comp.index, Choice(comp.index)), comp)
-        body = [
-            {
-                "index": c.index,
-                "message": {"role": "assistant", "content": c.text},
-                "logprobs": None
-                if top_n is None
-                else chat_logprobs(c.token_ids, c.logprobs, top_n),
-                "finish_reason": c.finish_reason,
-                "stop_reason": c.stop_reason,
-            }
-            for c in sorted(choices.values(), key=lambda c: c.index)
-        ]
+        body = []
+        for c in sorted(choices.values(), key=lambda c: c.index):
+            message, finish_reason = assistant_message(req, c.text, tools), c.finish_reason
+            if message.get("tool_calls"):
+                finish_reason = "tool_calls"
+            body.append(
+                {
+                    "index": c.index,
+                    "message": message,
+                    "logprobs": None
+                    if top_n is None
+                    else chat_logprobs(c.token_ids, c.logprobs, top_n),
+                    "finish_reason": finish_reason,
+                    "stop_reason": c.stop_reason,
+                }
+            )
         num_completion = sum(len(c.token_ids) for c in choices.values())
         return {**head, "choices": body, "usage": usage(len(ids), num_completion)}
 
     def render(self, req: ChatCompletionRequest) -> str:
-        tokenizer = self.engine.tokenizer
-        if tokenizer is None or not getattr(tokenizer, "chat_template", None):
-            raise APIError("this model has no chat template; use /v1/completions", param="messages")
-        messages = [{"role": m.role, "content": m.text()} for m in req.messages]
         try:
-            return tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=req.add_generation_prompt
+            return render_chat(
+                self.engine.tokenizer,
+                [m.template_dict() for m in req.messages],
+                add_generation_prompt=req.add_generation_prompt,
+                tools=[t.model_dump(exclude_none=True) for t in req.tools or ()],
+                chat_template_kwargs=req.chat_template_kwargs,
             )
-        except Exception as e:  # noqa: BLE001 - a template that rejects these messages
-            raise APIError(
-                f"the chat template rejected the messages: {e}", param="messages"
-            ) from None
+        except ChatTemplateError as e:
+            raise APIError(str(e), param=e.field) from None
+
+    def tool_output(self, req: ChatCompletionRequest) -> ToolParser | dict[str, Any] | None:
+        """How the output holds tool calls: a parser (tool_choice "auto"), the JSON schema it
+        is forced to ("required" or a named function), or None (no tools, or "none")."""
+        schema = forced_tool_schema(req)
+        if schema is not None:
+            return schema
+        return self.tool_parser if req.resolved_tool_choice() == "auto" else None
+
+    def force_tool_schema(self, params: SamplingParams, schema: dict[str, Any]) -> SamplingParams:
+        """The params whose output must follow `schema` (tool_choice "required" or a named
+        function). This is where structured outputs plug in; until then, a clear 400."""
+        raise APIError(
+            "tool_choice 'required' or a named function needs structured outputs, which this "
+            "server does not have yet; use tool_choice 'auto' or 'none'",
+            param="tool_choice",
+        )
 
     def stream(
         self,
@@ -76,28 +110,65 @@ class OpenAIServingChat(OpenAIServing):
         params: SamplingParams,
         head: dict[str, Any],
         top_n: int | None,
+        tools: ToolParser | dict[str, Any] | None,
     ) -> AsyncIterator[str]:
-        """SSE events: first a chunk per choice that gives the role (as OpenAI does)."""
+        """SSE events: first a chunk per choice that gives the role (as OpenAI does). With
+        tools, text that may be a call is held back; the calls come whole in the last chunk."""
         role = {"role": "assistant", "content": ""}
         first = [
             {"index": j, "delta": role, "logprobs": None, "finish_reason": None}
             for j in range(req.n)
         ]
+        texts: dict[int, str] = {}  # choice index -> whole text so far
+        sent: dict[int, int] = {}  # choice index -> characters sent as content
 
         def make_choice(_: int, comp: CompletionOutput) -> dict[str, Any]:
             lp = None
             if top_n is not None:
                 lp = chat_logprobs(comp.token_ids, comp.logprobs or [], top_n)
+            delta: dict[str, Any] = {"content": comp.text}
+            finish_reason = comp.finish_reason
+            if tools is not None:
+                text = texts[comp.index] = texts.get(comp.index, "") + comp.text
+                start = sent.get(comp.index, 0)
+                if comp.finish_reason is None:
+                    end = tools.content_end(text) if isinstance(tools, ToolParser) else 0
+                    sent[comp.index] = max(start, end)
+                    delta = {"content": text[start : sent[comp.index]]}
+                else:
+                    message = assistant_message(req, text, tools)
+                    delta = {"content": text[start:]}
+                    if message.get("tool_calls"):
+                        calls = enumerate(message["tool_calls"])
+                        delta = {"tool_calls": [{"index": i, **call} for i, call in calls]}
+                        finish_reason = "tool_calls"
             return {
                 "index": comp.index,
-                "delta": {"content": comp.text},
+                "delta": delta,
                 "logprobs": lp,
-                "finish_reason": comp.finish_reason,
+                "finish_reason": finish_reason,
                 "stop_reason": comp.stop_reason,
             }
 
         head = {**head, "object": "chat.completion.chunk"}
         return self.stream_events(head, [prompt], [params], req.stream_options, make_choice, first)
+
+
+def assistant_message(
+    req: ChatCompletionRequest, text: str, tools: ToolParser | dict[str, Any] | None
+) -> dict[str, Any]:
+    """The reply as an OpenAI assistant message: content, or tool calls found in the text."""
+    calls = []
+    content: str | None = text
+    if isinstance(tools, ToolParser):
+        content, calls = tools.extract(text)
+    elif tools is not None:
+        calls = parse_forced_tool_calls(req, text)
+        content = None if calls else text
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = [c.openai() for c in calls]
+    return message
 
 
 def chat_logprobs(

@@ -25,7 +25,7 @@ DEFAULT_MAX_TOKENS = 16
 
 class OpenAIServingCompletion(OpenAIServing):
     async def create_completion(
-        self, req: CompletionRequest
+        self, req: CompletionRequest, request_id: str | None = None
     ) -> dict[str, Any] | AsyncIterator[str]:
         """The response body, or (stream=true) an iterator of SSE events. Raises APIError."""
         self.check_request(req)
@@ -36,7 +36,7 @@ class OpenAIServingCompletion(OpenAIServing):
             self.sampling_params(req, req.max_tokens, len(ids), DEFAULT_MAX_TOKENS, req.logprobs)
             for _, ids in tokenized
         ]
-        head = self.response_head("cmpl", "text_completion")
+        head = self.response_head("cmpl", "text_completion", request_id)
         if req.stream:
             return self.stream(req, tokenized, params, head)
         choices: dict[int, Choice] = {}

@@ -65,17 +65,22 @@ class OpenAIServing:
         engine: AsyncLLM,
         model_name: str,
         max_seqs_per_request: int = DEFAULT_MAX_SEQS_PER_REQUEST,
+        default_sampling: dict[str, Any] | None = None,
     ) -> None:
         self.engine = engine
+        self.default_sampling = default_sampling or {}  # the model's generation config
         self.model_name = model_name
         self.max_model_len = engine.config.model_config.max_model_len
         self.vocab_size = engine.config.model_config.vocab_size
         self.max_seqs_per_request = max_seqs_per_request
 
-    def response_head(self, id_prefix: str, object_type: str) -> dict[str, Any]:
-        """The fields every response body and stream chunk starts with."""
+    def response_head(
+        self, id_prefix: str, object_type: str, request_id: str | None = None
+    ) -> dict[str, Any]:
+        """The fields every response body and stream chunk starts with; request_id: the
+        client's X-Request-Id (default: a fresh one)."""
         return {
-            "id": f"{id_prefix}-{uuid.uuid4().hex}",
+            "id": f"{id_prefix}-{request_id or uuid.uuid4().hex}",
             "object": object_type,
             "created": int(time.time()),
             "model": self.model_name,
@@ -129,7 +134,8 @@ class OpenAIServing:
         default_max: int | None,
         logprobs: int | None,
     ) -> SamplingParams:
-        """max_tokens: as requested (None: default_max, else all that fits)."""
+        """max_tokens: as requested (None: default_max, else all that fits), and at most the
+        generation config's max_new_tokens, as in vLLM."""
         room = self.max_model_len - prompt_len
         if max_tokens is None:
             max_tokens = room if default_max is None else min(default_max, room)
@@ -140,7 +146,8 @@ class OpenAIServing:
                 f"{max_tokens} in the completion). Reduce the prompt or max_tokens.",
                 param="max_tokens",
             )
-        params = req.sampling_params(max_tokens, logprobs)
+        max_tokens = min(max_tokens, self.default_sampling.get("max_tokens", max_tokens))
+        params = req.sampling_params(max_tokens, logprobs, self.default_sampling)
         try:
             params.check_vocab(self.vocab_size)
         except SamplingParamsError as e:
