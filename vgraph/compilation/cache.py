@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from vgraph.distributed.parallel_state import get_tp
 from vgraph.torch_internals import point_inductor_cache_here
 
 logger = logging.getLogger(__name__)
@@ -65,6 +66,9 @@ def key_factors(
         "torch": torch.__version__,
         "vgraph_source": source_hash(),
     }
+    tp = get_tp()
+    if tp.world_size > 1:  # each rank traces its own shards (other shapes, collectives)
+        factors["tp"] = [tp.rank, tp.world_size]
     if device.type == "cuda":  # Inductor's kernels are built for one architecture
         factors["cuda_arch"] = list(torch.cuda.get_device_capability(device))
         factors["cuda"] = torch.version.cuda

@@ -106,14 +106,40 @@ class SchedulerConfig:
 
 @dataclass(frozen=True)
 class ParallelConfig:
-    """Single device for now; the field exists so tensor parallelism has a home."""
+    """Tensor parallelism: tp ranks, each a process holding 1/tp of every layer (rank 0 in the
+    engine core, ranks 1.. in worker processes it starts; vgraph/distributed)."""
 
     tensor_parallel_size: int = 1
 
     def __post_init__(self) -> None:
-        if self.tensor_parallel_size != 1:
+        if self.tensor_parallel_size < 1:
+            raise ValueError(f"tensor_parallel_size={self.tensor_parallel_size} must be >= 1")
+
+    def check_model(self, hf_config: dict[str, Any], device: torch.device) -> None:
+        """The model's heads and MLP must split evenly over the ranks, and CUDA needs a GPU
+        per rank. Raises ValueError naming what does not divide."""
+        tp = self.tensor_parallel_size
+        if tp == 1:
+            return
+        heads = hf_config["num_attention_heads"]
+        kv_heads = hf_config.get("num_key_value_heads") or heads
+        inter = hf_config["intermediate_size"]
+        if heads % tp:
             raise ValueError(
-                f"tensor_parallel_size={self.tensor_parallel_size} is not supported; use 1"
+                f"tensor_parallel_size={tp} must divide the model's num_attention_heads={heads}"
+            )
+        if kv_heads % tp and tp % kv_heads:
+            raise ValueError(
+                f"tensor_parallel_size={tp} and the model's num_key_value_heads={kv_heads}: "
+                f"one must divide the other (KV heads are split, or replicated when fewer)"
+            )
+        if inter % tp:
+            raise ValueError(
+                f"tensor_parallel_size={tp} must divide the model's intermediate_size={inter}"
+            )
+        if device.type == "cuda" and torch.cuda.device_count() < tp:
+            raise ValueError(
+                f"tensor_parallel_size={tp} needs {tp} GPUs; torch sees {torch.cuda.device_count()}"
             )
 
 

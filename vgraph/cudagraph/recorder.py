@@ -5,7 +5,8 @@ tensors it touched; replay re-issues that op list against the same tensors. Like
 freezes shapes, addresses and every Python-side value of the capture run: a runner that forgets
 to copy new inputs into its static buffers, or bakes a length into a slice, gets stale results on
 the CPU too. Python custom ops (the attention op) are recorded through, so what their Python body
-decided at capture is frozen as well. It exists for correctness, not speed.
+decided at capture is frozen as well; the collectives (vgraph::all_reduce, all_gather) are the
+exception, recorded as one op each (`record_as_one_op`). It exists for correctness, not speed.
 
 Memory, as a CUDA graph pool (one pool per backend, shared by all its graphs):
   - inputs (tensors that existed before the capture: weights, static buffers, the KV cache) stay
@@ -49,6 +50,16 @@ class _Replay(enum.Enum):
 
 
 _NO_CAPTURE = {"_local_scalar_dense", "nonzero", "masked_select", "item"}
+_RECORD_WHOLE: set[str] = set()  # Python custom ops recorded as one op (the collectives)
+
+
+def record_as_one_op(*names: str) -> None:
+    """Record these Python custom ops ('ns::name') as one op each instead of through their
+    bodies: a collective's body calls gloo outside the dispatcher, so only the op itself can be
+    re-issued on replay (as a CUDA graph re-issues the captured NCCL kernel)."""
+    _RECORD_WHOLE.update(names)
+
+
 _ALLOCATIONS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
 
 
@@ -98,7 +109,9 @@ class _RecordMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = op_schema(func).name
-        body = custom_op_body(name) if func.namespace not in ("aten", "prims") else None
+        body = None
+        if func.namespace not in ("aten", "prims") and name not in _RECORD_WHOLE:
+            body = custom_op_body(name)
         if body is not None:
             # a Python custom op: record what its body issues, as a CUDA graph would
             with self:

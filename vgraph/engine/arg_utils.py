@@ -50,6 +50,7 @@ def create_engine_config(
     max_num_batched_tokens: int | None = None,
     compilation_config: CompilationConfig | dict[str, Any] | str | None = None,
     enforce_eager: bool = False,
+    tensor_parallel_size: int = 1,
 ) -> VGraphConfig:
     """Resolve every "auto" and build the frozen config. Raises ValueError on bad input."""
     if model is None:
@@ -88,6 +89,8 @@ def create_engine_config(
         max_num_batched_tokens=max_num_batched_tokens,
         max_model_len=max_model_len,
     )
+    parallel_config = ParallelConfig(tensor_parallel_size)
+    parallel_config.check_model(hf_config, dev)
     backend = resolve_backend_name(attention_backend, dev, model_config.head_dim)
     comp = CompilationConfig.parse(compilation_config)
     if enforce_eager:
@@ -108,7 +111,7 @@ def create_engine_config(
             num_gpu_blocks_override=num_gpu_blocks_override,
         ),
         scheduler_config=scheduler_config,
-        parallel_config=ParallelConfig(),
+        parallel_config=parallel_config,
         compilation_config=comp,
         device=dev,
         attention_backend=backend,

@@ -10,13 +10,18 @@ No single request's data may take the engine down:
   2. a step that raises anyway is retried one request at a time: a request that fails alone is
      finished with finish_reason "error" and the others go on. Only when every request of a batch
      of two or more fails alone is the fault the engine's; then the step raises (engine death).
+
+With tensor_parallel_size > 1 the core is rank 0: it starts the worker ranks (TPWorkers) before
+it joins the group and builds its runner, whose steps it broadcasts to them; a worker that dies
+takes the engine down (on_worker_death, else the next step raises).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from vgraph.config import VGraphConfig
 from vgraph.core.kv_cache_manager import KVCacheManager
@@ -30,21 +35,35 @@ from vgraph.engine.protocol import (
 from vgraph.request import Request, RequestStatus
 from vgraph.worker.model_runner import ModelRunner, ModelRunnerOutput
 
+if TYPE_CHECKING:
+    from vgraph.distributed.tp_workers import TPWorkers
+
 logger = logging.getLogger(__name__)
 GRAPH_STATS_EVERY = 64  # steps between two GraphStats sent along with the outputs
 
 
 class EngineCore:
-    def __init__(self, config: VGraphConfig) -> None:
+    def __init__(
+        self, config: VGraphConfig, on_worker_death: Callable[[str], None] | None = None
+    ) -> None:
         self.config = config
         t0 = time.perf_counter()
-        self.runner = ModelRunner(config)
-        self.runner.load_model()
-        num_blocks = self.runner.initialize_kv_cache()
-        self.runner.capture_model()
-        self.scheduler = Scheduler(
-            config.scheduler_config, KVCacheManager(num_blocks, config.cache_config.block_size)
-        )
+        self.workers: TPWorkers | None = None
+        if config.parallel_config.tensor_parallel_size > 1:
+            self.workers = start_tp_workers(config, on_worker_death)
+        try:
+            self.runner = ModelRunner(config)
+            if self.workers is not None:
+                self.runner.broadcast = self.workers.broadcast
+            self.runner.load_model()
+            num_blocks = self.runner.initialize_kv_cache()
+            self.runner.capture_model()
+            self.scheduler = Scheduler(
+                config.scheduler_config, KVCacheManager(num_blocks, config.cache_config.block_size)
+            )
+        except BaseException:
+            self.stop_workers()
+            raise
         self.num_steps = 0
         logger.info("engine core ready in %.1f s", time.perf_counter() - t0)
 
@@ -91,6 +110,8 @@ class EngineCore:
 
     # ---- one step ---------------------------------------------------------------------------
     def step(self) -> EngineCoreOutputs:
+        if self.workers is not None:
+            self.workers.check_alive()
         sched = self.scheduler.schedule()
         if sched.is_empty():
             return EngineCoreOutputs(scheduler_stats=self.stats(), timestamp=time.monotonic())
@@ -173,5 +194,30 @@ class EngineCore:
 
     def shutdown(self) -> None:
         """Release the device memory the core holds (graphs, KV cache, weights) now, not when
-        the last reference goes: an in-process engine may share its process with the next."""
+        the last reference goes: an in-process engine may share its process with the next.
+        Then the worker ranks stop and this process leaves the tensor-parallel group."""
         self.runner.release()
+        self.stop_workers()
+
+    def stop_workers(self) -> None:
+        if self.workers is not None:
+            from vgraph.distributed.parallel_state import destroy_tensor_parallel
+
+            self.workers.shutdown()
+            self.workers = None
+            destroy_tensor_parallel()
+
+
+def start_tp_workers(config: VGraphConfig, on_death: Callable[[str], None] | None) -> TPWorkers:
+    """Spawn ranks 1..tp-1 and join the group as rank 0 (blocks until they have joined)."""
+    from vgraph.distributed.parallel_state import init_tensor_parallel
+    from vgraph.distributed.tp_workers import TPWorkers
+
+    workers = TPWorkers(config, on_death)
+    try:
+        tp = config.parallel_config.tensor_parallel_size
+        init_tensor_parallel(0, tp, config.device, workers.rendezvous_file)
+    except BaseException:
+        workers.shutdown()
+        raise
+    return workers

@@ -6,7 +6,10 @@ Started by the frontend (multiprocessing, spawn) through `run_engine_core`. Life
   3. busy loop: drain the input socket (ADD, ABORT, UTILITY, SHUTDOWN), step while there is work,
      block on the socket while idle (never spin); every step's EngineCoreOutputs go out;
   4. SHUTDOWN, SIGTERM or a vanished frontend: leave the loop and exit 0;
-     any exception in the loop: send DEAD (EngineCoreFailure) and exit 1.
+     any exception in the loop: send DEAD (EngineCoreFailure) and exit 1;
+     a tensor-parallel worker that dies: its watchdog sends DEAD (STARTUP_ERROR before READY)
+     from a socket of its own and exits 1 at once (`report_worker_death`): the main thread may
+     be waiting in a collective the dead rank will never join.
 A bad ADD ends only that request: an EngineCoreOutput with finish_reason "error". Every message is
 a msgspec Struct in msgpack behind a one-byte type frame; nothing is pickled on a socket (the
 frozen VGraphConfig reaches the child once, as a spawn argument, through multiprocessing). This file
@@ -21,6 +24,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -208,6 +212,24 @@ def _raise_system_exit(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
+def report_worker_death(address: str, kind: EngineCoreOutputType, reason: str) -> None:
+    """On the TP watchdog thread: tell the frontend (a fresh context, so the main thread's
+    sockets are not touched from here), then end the process (the watchdog has killed the other
+    workers already)."""
+    logger.error("engine core exiting: %s", reason)
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUSH)
+    sock.setsockopt(zmq.LINGER, 2000)
+    sock.connect(address)
+    sock.send_multipart(
+        [bytes([kind]), ENCODER.encode(EngineCoreFailure("TPWorkerDied", reason, "", False))]
+    )
+    sock.close()
+    ctx.term()
+    logging.shutdown()
+    os._exit(1)
+
+
 def run_engine_core(config: VGraphConfig, addresses: list[str], parent_pid: int) -> None:
     """Entry point of the spawned process. config: VGraphConfig; addresses: handshake/in/out."""
     # Ctrl-C reaches the whole process group: the frontend decides when the core stops.
@@ -224,11 +246,18 @@ def run_engine_core(config: VGraphConfig, addresses: list[str], parent_pid: int)
         sock.setsockopt(zmq.SNDHWM, 0)
         sock.connect(addr)
     code = 1
+    ready_sent = threading.Event()
+
+    def on_worker_death(reason: str) -> None:
+        if ready_sent.is_set():
+            report_worker_death(addresses[2], EngineCoreOutputType.DEAD, reason)
+        report_worker_death(addresses[0], EngineCoreOutputType.STARTUP_ERROR, reason)
+
     try:
         try:
             from vgraph.engine.core import EngineCore
 
-            core = EngineCore(config)
+            core = EngineCore(config, on_worker_death)
         except BaseException as e:  # reported to the frontend, which raises it
             logger.exception("engine core failed to start")
             handshake.send_multipart(
@@ -243,6 +272,7 @@ def run_engine_core(config: VGraphConfig, addresses: list[str], parent_pid: int)
             mc.vocab_size,
         )
         handshake.send_multipart([bytes([EngineCoreOutputType.READY]), ENCODER.encode(ready)])
+        ready_sent.set()
         proc = EngineCoreProc(core, inp, out, parent_pid)
         code = proc.run()
         core.shutdown()

@@ -114,6 +114,13 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
         help="use exactly this many KV cache blocks",
     )
     p.add_argument(
+        "-tp",
+        "--tensor-parallel-size",
+        type=_positive_int,
+        default=1,
+        help="ranks to split the model over, one process (and GPU) each (default: %(default)s)",
+    )
+    p.add_argument(
         "--max-request-body-bytes",
         type=int,
         default=1 << 20,
@@ -268,6 +275,7 @@ def build_config(args: argparse.Namespace) -> VGraphConfig:
         max_num_batched_tokens=args.max_num_batched_tokens,
         compilation_config=compilation,
         enforce_eager=args.enforce_eager,
+        tensor_parallel_size=args.tensor_parallel_size,
     )
 
 

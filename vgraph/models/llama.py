@@ -23,10 +23,22 @@ import torch
 from torch import nn
 
 from vgraph._ext import use_cuda_op
+from vgraph.distributed.parallel_state import get_tp
 from vgraph.layers.attention import Attention
 from vgraph.layers.layernorm import RMSNorm
-from vgraph.layers.linear import SiluAndMul, gate_up_linear, plain_linear, qkv_linear
+from vgraph.layers.linear import (
+    SiluAndMul,
+    gate_up_linear,
+    num_kv_heads_per_rank,
+    qkv_linear,
+    row_parallel_linear,
+)
 from vgraph.layers.rotary import RotaryEmbedding, rope_parameters
+from vgraph.layers.vocab_parallel_embedding import (
+    ParallelLMHead,
+    VocabParallelEmbedding,
+    vocab_parallel_logits,
+)
 
 # checkpoint name fragment -> (our fused parameter fragment, shard id)
 STACKED_PARAMS = {
@@ -44,13 +56,16 @@ class LlamaAttention(nn.Module):
     ) -> None:
         super().__init__()
         hidden = cfg["hidden_size"]
-        self.num_heads = cfg["num_attention_heads"]
-        self.num_kv_heads = cfg.get("num_key_value_heads") or self.num_heads
-        self.head_dim = cfg.get("head_dim") or hidden // self.num_heads
+        total_heads = cfg["num_attention_heads"]
+        total_kv_heads = cfg.get("num_key_value_heads") or total_heads
+        self.head_dim = cfg.get("head_dim") or hidden // total_heads
+        # this rank's heads (all of them at tp=1)
+        self.num_heads = total_heads // get_tp().world_size
+        self.num_kv_heads = num_kv_heads_per_rank(total_kv_heads)
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
-        self.qkv_proj = qkv_linear(hidden, self.num_heads, self.num_kv_heads, self.head_dim, bias)
-        self.o_proj = plain_linear(self.q_size, hidden)
+        self.qkv_proj = qkv_linear(hidden, total_heads, total_kv_heads, self.head_dim, bias)
+        self.o_proj = row_parallel_linear(total_heads * self.head_dim, hidden)
         self.qk_norm = qk_norm
         if qk_norm:
             eps = cfg.get("rms_norm_eps", 1e-6)
@@ -108,7 +123,7 @@ class LlamaMLP(nn.Module):
         if cfg.get("hidden_act", "silu") != "silu":
             raise ValueError(f"hidden_act={cfg['hidden_act']!r} is not supported; use 'silu'")
         self.gate_up_proj = gate_up_linear(cfg["hidden_size"], cfg["intermediate_size"])
-        self.down_proj = plain_linear(cfg["intermediate_size"], cfg["hidden_size"])
+        self.down_proj = row_parallel_linear(cfg["intermediate_size"], cfg["hidden_size"])
         self.act_fn = SiluAndMul()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [T, hidden] -> [T, hidden]
@@ -156,8 +171,7 @@ class LlamaDecoderLayer(nn.Module):
 class LlamaModel(nn.Module):
     def __init__(self, cfg: dict[str, Any], bias: bool, qk_norm: bool) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(cfg["vocab_size"], cfg["hidden_size"])
-        self.embed_tokens.weight.requires_grad_(False)
+        self.embed_tokens = VocabParallelEmbedding(cfg["vocab_size"], cfg["hidden_size"])
         head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
         theta, scaling = rope_parameters(cfg)
         rope = RotaryEmbedding(head_dim, cfg.get("max_position_embeddings", 2048), theta, scaling)
@@ -170,9 +184,11 @@ class LlamaModel(nn.Module):
 
     def use_fused_ops(self, x: torch.Tensor) -> bool:
         """The fused decode ops: on CUDA with a build that has them (the CPU keeps the torch code),
-        for the layouts they cover (no bias on the O / gate-up / down projections)."""
+        for the layouts they cover (no bias on the O / gate-up / down projections), and only at
+        tp=1: the ops add whole-weight projections into the residual, with no all-reduce."""
         return (
-            use_cuda_op(x, "rms_norm_qkv_rope")
+            get_tp().world_size == 1
+            and use_cuda_op(x, "rms_norm_qkv_rope")
             and x.dtype == self.norm.weight.dtype
             and all(
                 layer.self_attn.o_proj.bias is None
@@ -209,7 +225,7 @@ class LlamaForCausalLM(nn.Module):
         self.model = LlamaModel(cfg, bias, self.qk_norm)
         self.tie_word_embeddings = cfg.get("tie_word_embeddings", False)
         if not self.tie_word_embeddings:
-            self.lm_head = plain_linear(cfg["hidden_size"], cfg["vocab_size"])
+            self.lm_head = ParallelLMHead(cfg["vocab_size"], cfg["hidden_size"])
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """input_ids, positions: [T] -> hidden states [T, hidden_size]."""
@@ -217,14 +233,15 @@ class LlamaForCausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [R, hidden_size] -> float32 logits [R, vocab_size]."""
-        weight = self.model.embed_tokens.weight if self.tie_word_embeddings else self.lm_head.weight
+        head = self.model.embed_tokens if self.tie_word_embeddings else self.lm_head
+        weight = head.weight
         if self.model.fused:  # one GEMV writing float32 logits (rounded to the dtype first)
             logits = torch.empty(
                 hidden.shape[0], weight.shape[0], dtype=torch.float32, device=hidden.device
             )
             torch.ops.vgraph_C.linear_out(logits, hidden, weight)
             return logits
-        return torch.nn.functional.linear(hidden, weight).float()
+        return vocab_parallel_logits(hidden, head)
 
     def checkpoint_name_map(self, name: str) -> tuple[str, object] | None:
         """Map a checkpoint tensor name to (our parameter name, shard id); None to skip it."""

@@ -1,13 +1,16 @@
 """Build a model on its device and fill its weights: from *.safetensors, or random ("dummy").
 
 Parameters are created directly in the compute dtype on the target device (no float32 detour);
-buffers that must stay float32 (the RoPE table) say so themselves.
+buffers that must stay float32 (the RoPE table) say so themselves. With tensor parallelism each
+rank builds only its shards (the layers read the group when built) and reads only its part of
+each checkpoint tensor (a safetensors slice, indexed by the parameter's weight_loader).
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -62,7 +65,7 @@ def load_safetensors(model: nn.Module, files: list[str]) -> None:
                     raise ValueError(f"{os.path.basename(path)}: unexpected tensor {name!r}")
                 param = params[pname]
                 loader = getattr(param, "weight_loader", default_weight_loader)
-                loader(param, f.get_tensor(name).to(param.dtype), shard)
+                loader(param, f.get_slice(name), shard)  # reads only this rank's part
                 loaded.add((pname, shard))
     loaded_names = {p for p, _ in loaded}
     missing = sorted(set(params) - loaded_names)
@@ -73,13 +76,18 @@ def load_safetensors(model: nn.Module, files: list[str]) -> None:
 
 
 def init_dummy_weights(model: nn.Module, seed: int) -> None:
-    """Random weights with realistic scales: norms at 1, everything else small uniform."""
-    gens: dict[torch.device, torch.Generator] = {}
+    """Random weights with realistic scales: norms at 1, everything else small uniform.
+
+    Each checkpoint tensor (parameter and shard) is drawn whole from a generator of its own,
+    seeded by (seed, name, shard), and handed to the parameter's weight_loader, which keeps this
+    rank's part: the same numbers at every tp size, so tp=1 and tp=2 can be compared."""
     for name, param in model.named_parameters():
         if "norm" in name:
             param.data.fill_(1.0)
             continue
-        dev = param.device
-        gen = gens.setdefault(dev, torch.Generator(device=dev).manual_seed(seed))
-        values = torch.empty(param.shape, dtype=torch.float32, device=dev)
-        param.data.copy_(values.uniform_(-0.02, 0.02, generator=gen))
+        loader = getattr(param, "weight_loader", default_weight_loader)
+        for shard, shape in getattr(param, "full_shapes", {None: tuple(param.shape)}).items():
+            gen = torch.Generator(device=param.device)
+            gen.manual_seed(seed * 1_000_003 + zlib.crc32(f"{name}:{shard}".encode()))
+            values = torch.empty(shape, dtype=torch.float32, device=param.device)
+            loader(param, values.uniform_(-0.02, 0.02, generator=gen), shard)

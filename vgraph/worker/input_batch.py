@@ -68,20 +68,49 @@ class InputBuffers:
         """Fill the buffers for one step (padded up to the given sizes) and copy them over."""
         num_reqs = len(sched.requests)
         nst = np.asarray(sched.num_scheduled_tokens, dtype=np.int64)  # [R]
-        num_tokens = int(nst.sum())
-        t_pad = num_tokens_padded or num_tokens
-        r_pad = num_reqs_padded or num_reqs
-        assert t_pad <= self.max_num_tokens and r_pad <= self.max_num_reqs, (t_pad, r_pad)
         computed = np.fromiter(
             (r.num_computed_tokens for r in sched.requests), dtype=np.int64, count=num_reqs
         )
-
-        # 1. token ids and positions of each request's next num_scheduled tokens
+        # 1. token ids of each request's next num_scheduled tokens
         tokens = self.input_ids.np
         off = 0
         for req, c, n in zip(sched.requests, computed.tolist(), nst.tolist()):
             tokens[off : off + n] = req.all_token_ids[c : c + n]
             off += n
+        return self._fill(nst, computed, sched.block_ids, num_tokens_padded, num_reqs_padded)
+
+    def prepare_broadcast(
+        self,
+        token_ids: bytes,  # int64 [num_tokens]
+        num_computed: list[int],  # [R]
+        num_scheduled: list[int],  # [R]
+        block_ids: list[list[int]],
+        num_tokens_padded: int | None,
+        num_reqs_padded: int | None,
+    ) -> StepInputs:
+        """prepare() on a tensor-parallel worker: the step as rank 0 sent it (no Request)."""
+        ids = np.frombuffer(token_ids, dtype=np.int64)
+        self.input_ids.np[: len(ids)] = ids
+        nst = np.asarray(num_scheduled, dtype=np.int64)
+        computed = np.asarray(num_computed, dtype=np.int64)
+        return self._fill(nst, computed, block_ids, num_tokens_padded, num_reqs_padded)
+
+    def _fill(
+        self,
+        nst: np.ndarray,  # [R] scheduled tokens per request
+        computed: np.ndarray,  # [R] tokens computed before this step
+        block_ids: list[list[int]],
+        num_tokens_padded: int | None,
+        num_reqs_padded: int | None,
+    ) -> StepInputs:
+        """Everything but the token ids (already in place): positions, slots, ranges, padding."""
+        num_reqs = len(nst)
+        num_tokens = int(nst.sum())
+        t_pad = num_tokens_padded or num_tokens
+        r_pad = num_reqs_padded or num_reqs
+        assert t_pad <= self.max_num_tokens and r_pad <= self.max_num_reqs, (t_pad, r_pad)
+        tokens = self.input_ids.np
+        # 1. positions of each request's next num_scheduled tokens
         req_idx = np.repeat(np.arange(num_reqs), nst)  # [T] request of each token
         cu = np.cumsum(nst)
         pos = np.arange(num_tokens) - np.repeat(cu - nst, nst) + computed[req_idx]
@@ -90,7 +119,7 @@ class InputBuffers:
         # 2. block tables (whole rows) and each token's cache slot
         bt = self.block_table.np
         bt[:r_pad] = 0
-        for i, blocks in enumerate(sched.block_ids):
+        for i, blocks in enumerate(block_ids):
             bt[i, : len(blocks)] = blocks
         bs = self.block_size
         self.slot_mapping.np[:num_tokens] = bt[req_idx, pos // bs].astype(np.int64) * bs + pos % bs

@@ -5,6 +5,9 @@ of the parts: each stage is one method, called in this order by execute_model():
   3. execute_forward: the model (or its graph replay) under a ForwardContext
   4. sample: logits of each request's last token -> Sampler, on the device
   5. to_host: one device-to-host copy of the sampled ids (and logprobs) -> ModelRunnerOutput
+With tensor parallelism every rank has a runner over its shards. Rank 0's (in the engine core)
+broadcasts each step's inputs and dispatch decision (a TPStep) after step 2; the workers run
+steps 2-3 from it (execute_broadcast_step) and never sample.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,8 +36,11 @@ from vgraph.cudagraph.backends import make_graph_backend
 from vgraph.cudagraph.counters import GraphStats
 from vgraph.cudagraph.dispatcher import BatchDescriptor, CudagraphDispatcher
 from vgraph.cudagraph.wrapper import CUDAGraphWrapper
+from vgraph.distributed.messages import TPStep
+from vgraph.distributed.parallel_state import check_same_on_all_ranks, min_over_ranks
 from vgraph.forward_context import ForwardContext, set_forward_context
 from vgraph.layers.attention import Attention
+from vgraph.layers.linear import num_kv_heads_per_rank
 from vgraph.models.loader import load_model
 from vgraph.outputs import TokenLogprobs
 from vgraph.sample.sampler import Sampler, SamplerOutput
@@ -115,6 +122,8 @@ class ModelRunner:
         self.num_blocks = 0
         self.memory_before_load = DeviceMemory(0, 0, 0, 0)  # read again by load_model
         self.model_bytes = 0  # weights this engine put on the device
+        # tp > 1, rank 0: sends each step to the worker ranks (TPWorkers.broadcast)
+        self.broadcast: Callable[[TPStep], None] | None = None
 
     # ---- start-up -------------------------------------------------------------------------
     def load_model(self) -> None:
@@ -172,13 +181,9 @@ class ModelRunner:
     def initialize_kv_cache(self) -> int:
         """Size and allocate the paged KV cache; returns the number of usable blocks."""
         mc, cc = self.config.model_config, self.config.cache_config
+        num_kv_heads = num_kv_heads_per_rank(mc.num_kv_heads)  # this rank's
         per_block = (
-            2
-            * mc.num_layers
-            * self.block_size
-            * mc.num_kv_heads
-            * mc.head_dim
-            * self.dtype.itemsize
+            2 * mc.num_layers * self.block_size * num_kv_heads * mc.head_dim * self.dtype.itemsize
         )
         if cc.num_gpu_blocks_override is not None:
             num_blocks = cc.num_gpu_blocks_override
@@ -186,6 +191,7 @@ class ModelRunner:
             num_blocks = self._profile_free_bytes() // per_block
         else:
             num_blocks = cc.cpu_kv_cache_bytes // per_block
+        num_blocks = min_over_ranks(num_blocks)  # every rank holds the same blocks
         if num_blocks < 1:
             raise ValueError(
                 "no memory is left for the KV cache; raise gpu_memory_utilization / "
@@ -193,7 +199,7 @@ class ModelRunner:
                 "capped at the memory the device has free)"
             )
         shape = self.attention_backend.kv_cache_shape(
-            num_blocks + 1, self.block_size, mc.num_kv_heads, mc.head_dim
+            num_blocks + 1, self.block_size, num_kv_heads, mc.head_dim
         )  # one spare block: the write target of pad tokens for backends that need one
         for name in self.attn_layers:
             self.kv_caches[name] = torch.zeros(shape, dtype=self.dtype, device=self.device)
@@ -248,9 +254,45 @@ class ModelRunner:
             self.generators.pop(rid, None)
         mode, key, t_pad, r_pad = self.dispatch(sched)
         step, common = self.prepare_inputs(sched, t_pad, r_pad)
+        if self.broadcast is not None:
+            self.broadcast(self.step_message(sched, step, mode, key))
         logits = self.execute_forward(step, common, mode, key)
         out = self.sample(sched, step, logits)
         return self.to_host(sched, out)
+
+    def step_message(
+        self,
+        sched: SchedulerOutput,
+        step: StepInputs,
+        mode: CUDAGraphMode,
+        key: BatchDescriptor | None,
+    ) -> TPStep:
+        """The step for the worker ranks: the inputs just prepared and this dispatch."""
+        return TPStep(
+            token_ids=self.buffers.input_ids.np[: step.num_tokens].tobytes(),
+            num_computed=[r.num_computed_tokens for r in sched.requests],
+            num_scheduled=list(sched.num_scheduled_tokens),
+            block_ids=sched.block_ids,
+            mode=mode.name,
+            key=None if key is None else tuple(key),
+            num_tokens_padded=None if key is None else step.num_tokens_padded,
+            num_reqs_padded=step.num_reqs_padded if mode is CUDAGraphMode.FULL else None,
+        )
+
+    @torch.inference_mode()
+    def execute_broadcast_step(self, msg: TPStep) -> None:
+        """A worker rank's step: rank 0's inputs and dispatch; the logits are not used."""
+        mode = CUDAGraphMode[msg.mode]
+        key = None if msg.key is None else BatchDescriptor(*msg.key)
+        step = self.buffers.prepare_broadcast(
+            msg.token_ids,
+            msg.num_computed,
+            msg.num_scheduled,
+            msg.block_ids,
+            msg.num_tokens_padded,
+            msg.num_reqs_padded,
+        )
+        self.execute_forward(step, self.build_common_metadata(step), mode, key)
 
     def dispatch(
         self, sched: SchedulerOutput
@@ -366,6 +408,8 @@ class ModelRunner:
         Runs after the KV cache exists; dummy batches write only to slot -1.
         """
         keys = self.dispatcher.capture_keys()
+        # ranks that captured different keys would replay different collectives: check once
+        check_same_on_all_ranks(zlib.crc32(repr(keys).encode()), "the graph keys to capture")
         if not keys:
             return
         c = self.graph_stats

@@ -1,0 +1,1 @@
+"""Tensor parallelism over torch.distributed: the group, the collective ops, the worker set."""
