@@ -18,6 +18,12 @@
 # default list, powers of two, powers of two plus the workload's concurrencies, and the
 # recommended list (K=4), workload concurrency 1 6 24 48. Without matplotlib on the GPU machine
 # the JSON is still written; make the plots elsewhere: python -m vgraph.bench.sweep_plots JSON.
+# Not in the default STEPS: `tp`, tensor parallelism on two GPUs (nvidia-h200-x2): the tp GPU tests
+# (tests/gpu/test_tensor_parallel_gpu.py: tp=2 == tp=1 greedy in every graph mode, a killed worker
+# ends the engine), then per model of TP_MODELS (default: Llama-3.2-1B Qwen3-0.6B; dummy weights)
+# benchmarks/bench_tp.py: greedy identity tp=2 vs tp=1 (float32 and bfloat16) and the decode step
+# latency per mode (TP_MODES, default NONE PIECEWISE FULL_DECODE_ONLY) at batch 1, 16, 64 for tp=1
+# and tp=2 -> OUTDIR/tp_<model>.json; about 4 minutes per model (TP_TIMEOUT, default 540 s).
 set -u
 out=${1:-benchmarks/results/latest}
 mkdir -p "$out"
@@ -66,6 +72,13 @@ for s in ${STEPS:-ext tests smollm2 llama profile kernels}; do
         step "latency_SmolLM2-135M_$b" timeout "${BENCH_TIMEOUT:-300}" python3 -m vgraph.bench.latency \
           --model SmolLM2-135M --attention-backend $b --batch-sizes 1 8 32 128 --num-iters 50 \
           --no-kernel-profile --out "$out/latency_SmolLM2-135M_$b.json"
+      done ;;
+    tp) step tp_gpu_tests timeout "${TEST_TIMEOUT:-300}" python3 -m pytest -v -p no:cacheprovider \
+      tests/gpu/test_tensor_parallel_gpu.py
+      for m in ${TP_MODELS:-Llama-3.2-1B Qwen3-0.6B}; do
+        step "tp_$m" timeout "${TP_TIMEOUT:-540}" python3 benchmarks/bench_tp.py --models "$m" \
+          --modes ${TP_MODES:-NONE PIECEWISE FULL_DECODE_ONLY} --batch-sizes 1 16 64 \
+          --out "$out/tp_$m.json"
       done ;;
     kernels) step kernel_bench python3 benchmarks/bench_paged_attention.py --batches 1 8 32 128 \
       --contexts 512 2048 8192 --out "$out/paged_attention.json" ;;
