@@ -63,6 +63,7 @@ class Request:
         self.status = RequestStatus.WAITING
         self.all_token_ids: list[int] = list(prompt_token_ids)  # prompt, then outputs
         self.num_computed_tokens = 0
+        self.num_cached_tokens = -1  # prompt tokens found in the prefix cache (-1: not admitted)
         self.num_preemptions = 0
         self.stop_reason: int | str | None = None
         self.error: str | None = None  # why it ended with FINISHED_ERROR

@@ -11,7 +11,8 @@ One `schedule()` call decides the next step:
      progress reset, back to the head of the waiting queue) until it fits;
   2. then waiting requests while budget, blocks and max_num_seqs allow: the oldest request of
      each starved group first, then the rest oldest first (a prompt longer than the budget is
-     split into chunks across steps);
+     split into chunks across steps); a request admitted with prefix-cache hits starts with
+     those whole blocks computed and schedules only the rest;
   3. the step is a list of (request, num_scheduled_tokens); decodes and prefill chunks mix freely.
 `update_from_output()` advances num_computed_tokens, appends sampled tokens and finishes requests.
 It does no I/O and knows nothing of tensors.
@@ -163,9 +164,14 @@ class Scheduler:
         allow; returns whether it was admitted (then its chunk is the last of `scheduled`)."""
         if budget <= 0 or len(self.running) >= self.config.max_num_seqs:
             return False
-        num_new = min(req.num_tokens - req.num_computed_tokens, budget)
-        if self.kv.allocate_slots(req, num_new) is None:
+        hit_blocks, num_hit = self.kv.get_computed_blocks(req)
+        num_new = min(req.num_tokens - req.num_computed_tokens - num_hit, budget)
+        if self.kv.allocate_slots(req, num_new, hit_blocks) is None:
             return False
+        self.kv.record_lookup(req, num_hit)
+        req.num_computed_tokens += num_hit
+        if req.num_cached_tokens < 0:  # the first admission's hits, as vLLM reports them
+            req.num_cached_tokens = num_hit
         self.waiting.remove(req)
         req.status = RequestStatus.RUNNING
         self.running.append(req)
