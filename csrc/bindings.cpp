@@ -18,6 +18,14 @@ TORCH_LIBRARY(vgraph_C, m) {
       "paged_attention(Tensor(a!) out, Tensor query, Tensor key_cache, Tensor value_cache, "
       "Tensor query_start_loc, Tensor seq_lens, Tensor block_table, float scale, "
       "int? num_reqs=None) -> ()");
+  // Cascade attention (cascade_cpu.cpp / cascade_cuda.cu): paged_attention's result, computed
+  // as one non-causal pass of every query token over the first num_prefix_blocks blocks (the same
+  // for every request: block_table row 0's; every query must sit after them), one causal pass of
+  // each request over its remaining positions, and a merge by log-sum-exp.
+  m.def(
+      "cascade_attention(Tensor(a!) out, Tensor query, Tensor key_cache, Tensor value_cache, "
+      "Tensor query_start_loc, Tensor seq_lens, Tensor block_table, int num_prefix_blocks, "
+      "float scale, int? num_reqs=None) -> ()");
 
   // Fused layer ops (layers_cpu.cpp / layers_cuda.cu). Rows may be strided; the last dim is
   // contiguous. Dtypes float32 / float16 / bfloat16, math in float32.

@@ -99,4 +99,23 @@ inline AttentionShape check_paged_attention(const at::Tensor& out, const at::Ten
   return s;
 }
 
+// cascade_attention: paged_attention's checks, and the shared prefix within the table's width.
+inline AttentionShape check_cascade_attention(const at::Tensor& out, const at::Tensor& query,
+                                              const at::Tensor& key_cache,
+                                              const at::Tensor& value_cache,
+                                              const at::Tensor& query_start_loc,
+                                              const at::Tensor& seq_lens,
+                                              const at::Tensor& block_table,
+                                              int64_t num_prefix_blocks,
+                                              std::optional<int64_t> num_reqs) {
+  const AttentionShape s = check_paged_attention(out, query, key_cache, value_cache,
+                                                 query_start_loc, seq_lens, block_table, num_reqs);
+  TORCH_CHECK(num_prefix_blocks >= 0 && num_prefix_blocks <= s.max_blocks_per_req,
+              "num_prefix_blocks ", num_prefix_blocks, " must be in [0, max_blocks_per_req = ",
+              s.max_blocks_per_req, "]");
+  TORCH_CHECK(num_prefix_blocks == 0 || block_table.size(0) >= 1,
+              "a shared prefix needs block_table row 0");
+  return s;
+}
+
 }  // namespace vgraph

@@ -81,6 +81,21 @@ def _register_fakes() -> None:
     ) -> None:
         return None
 
+    @torch.library.register_fake("vgraph_C::cascade_attention")
+    def _cascade_attention_fake(
+        out,
+        query,
+        key_cache,
+        value_cache,
+        query_start_loc,
+        seq_lens,
+        block_table,
+        num_prefix_blocks,
+        scale,
+        num_reqs=None,
+    ) -> None:
+        return None
+
     # The fused layer ops also only write their Tensor(a!) arguments.
     @torch.library.register_fake("vgraph_C::rms_norm")
     def _rms_norm_fake(out, input, weight, eps) -> None:

@@ -28,12 +28,14 @@ BUILD_ROOT = REPO / "build" / "ext"
 CPU_SOURCES = [
     "bindings.cpp",
     "attention_cpu.cpp",
+    "cascade_cpu.cpp",
     "cache_cpu.cpp",
     "layers_cpu.cpp",
     "decode_cpu.cpp",
 ]
 CUDA_SOURCES = [
     "attention_cuda.cu",
+    "cascade_cuda.cu",
     "cache_cuda.cu",
     "layers_cuda.cu",
     "decode_cuda.cu",

@@ -56,3 +56,4 @@ class RequestOutput:
     finished: bool = False
     error: str | None = None
     metrics: RequestMetrics | None = None
+    num_cached_tokens: int | None = None  # prompt tokens served from the prefix cache

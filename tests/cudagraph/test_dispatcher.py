@@ -96,3 +96,20 @@ def test_graph_stats_count_decode_batch_sizes():
     assert g.decode_batch_sizes == {3: 2, 600: 1}
     assert g.padded_decode_batch_sizes == {4: 2, 600: 1}
     assert g.padded_tokens == 2 + 3 and g.steps == {"NONE": 1, "PIECEWISE": 1, "FULL": 2}
+
+
+def test_cascade_steps_never_run_full():
+    """A cascade step takes PIECEWISE where pieces exist, else NONE; reason CASCADE only where
+    FULL was its key."""
+    fp = CudagraphDispatcher(M.FULL_AND_PIECEWISE, [1, 2, 4, 8], S.UNIFORM_SINGLE_TOKEN_DECODE, 64)
+    assert fp.dispatch(5, True, use_cascade=True) == (M.PIECEWISE, BD(8), EagerReason.CASCADE)
+    assert fp.dispatch(5, False, use_cascade=True) == (M.PIECEWISE, BD(8), None)  # never FULL
+    fdo = CudagraphDispatcher(M.FULL_DECODE_ONLY, [1, 2, 4, 8], S.UNIFORM_SINGLE_TOKEN_DECODE, 8)
+    assert fdo.dispatch(3, True, use_cascade=True) == (M.NONE, None, EagerReason.CASCADE)
+    full = CudagraphDispatcher(M.FULL, [4, 8], S.ALWAYS, 64)
+    assert full.dispatch(6, False, use_cascade=True) == (M.NONE, None, EagerReason.CASCADE)
+    assert full.dispatch(9, True, use_cascade=True) == (M.NONE, None, EagerReason.ABOVE_MAX_SIZE)
+    pw = CudagraphDispatcher(M.PIECEWISE, [1, 2, 4], S.NEVER, 64)
+    assert pw.dispatch(3, True, use_cascade=True) == (M.PIECEWISE, BD(4), None)
+    none = CudagraphDispatcher(M.NONE, [1, 2, 4], S.ALWAYS, 64)
+    assert none.dispatch(3, True, use_cascade=True) == (M.NONE, None, None)

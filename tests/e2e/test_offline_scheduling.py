@@ -116,22 +116,32 @@ def test_chunked_prefill_matches_unconstrained(
     assert mixed, "no step mixed decodes with a prefill chunk"
 
 
+@pytest.mark.parametrize("caching", [False, True], ids=["no-prefix-cache", "prefix-cache"])
 def test_preemption_matches_unconstrained(
     folder: Path,
     prompts: list[list[int]],
     reference: list[list[int]],
     monkeypatch: pytest.MonkeyPatch,
+    caching: bool,
 ) -> None:
     # 12 blocks = 192 tokens: the longest request (100 + 32) fits alone, the batch (~780) never
-    llm = make_llm(folder, num_gpu_blocks_override=12, max_model_len=192)
+    llm = make_llm(
+        folder, num_gpu_blocks_override=12, max_model_len=192, enable_prefix_caching=caching
+    )
     sched = scheduler_of(llm)
     log = StepLog(sched, monkeypatch)
     assert token_ids(llm, prompts) == reference
 
     assert sched.num_preemptions > 0
     assert llm.engine.last_stats.num_preemptions == sched.num_preemptions
-    # a preempted request was recomputed from scratch: prefilled again past its prompt
-    assert any(c == 0 and n > p for step in log.steps for _, c, n, p in step)
+    # a preempted request was recomputed: a chunk of several tokens ending past its prompt
+    # (only a resumed request computes output tokens in a prefill); without the prefix cache
+    # from scratch, with it from the first block no longer cached (whole blocks)
+    recomputed = [(c, n) for step in log.steps for _, c, n, p in step if n > 1 and c + n > p]
+    assert recomputed
+    if not caching:
+        assert any(c == 0 for c, _ in recomputed)
+    assert all(c % 16 == 0 for c, _ in recomputed)
     assert sched.kv.num_free_blocks == 12 and not sched.requests
 
 

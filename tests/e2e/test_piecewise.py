@@ -50,8 +50,8 @@ def run_workload(
         steps: list[tuple[bool, int, str]] = []
         dispatch = runner.dispatch
 
-        def logged_dispatch(sched: Any) -> Any:
-            out = dispatch(sched)
+        def logged_dispatch(sched: Any, **kwargs: Any) -> Any:
+            out = dispatch(sched, **kwargs)
             steps.append((sched.is_uniform_decode, sched.total_num_scheduled_tokens, out[0].name))
             return out
 

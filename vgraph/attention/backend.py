@@ -33,6 +33,9 @@ class CommonAttentionMetadata:
     max_seq_len: int
     for_capture: bool = False  # a graph is being captured: no host-derived shapes allowed
     backend_plan: Any = None  # what the backend's AttentionPlanner made for this step
+    # cascade attention: leading blocks every request shares (block_table row 0's), attended
+    # once for all queries; 0 = plain attention. Set only for steps that run no FULL graph.
+    num_common_prefix_blocks: int = 0
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,7 @@ class AttentionBackend(ABC):
     name: ClassVar[str]
     cudagraph_support: ClassVar[AttentionCGSupport]
     impl_cls: ClassVar[type[AttentionImpl]]
+    supports_cascade: ClassVar[bool] = False  # forward honours num_common_prefix_blocks
 
     @staticmethod
     def kv_cache_shape(

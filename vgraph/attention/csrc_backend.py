@@ -3,7 +3,8 @@
 Every length and block index is read from device tensors and the launch shape depends only on
 the padded token and request counts, so any step (decode, prefill chunks, mixed) can be captured:
 support ALWAYS. Pad tokens (slot -1) are skipped by the cache write; rows owned by no request
-come back as zeros.
+come back as zeros. Steps with a shared prefix (metadata.num_common_prefix_blocks) run the
+cascade_attention op instead: never inside a FULL graph (the dispatcher sees to that).
 """
 
 from __future__ import annotations
@@ -59,6 +60,19 @@ class CsrcAttentionImpl(AttentionImpl):
         output: torch.Tensor,  # [num_tokens, num_heads, head_dim]
     ) -> None:
         key_cache, value_cache = self._key_value_caches(kv_cache)
+        if metadata.num_common_prefix_blocks:
+            torch.ops.vgraph_C.cascade_attention.default(
+                output,
+                query,
+                key_cache,
+                value_cache,
+                metadata.query_start_loc,
+                metadata.seq_lens,
+                metadata.block_table,
+                metadata.num_common_prefix_blocks,
+                self.scale,
+            )
+            return
         torch.ops.vgraph_C.paged_attention.default(
             output,
             query,
@@ -75,6 +89,7 @@ class CsrcAttentionBackend(AttentionBackend):
     name = "csrc"
     cudagraph_support = AttentionCGSupport.ALWAYS
     impl_cls = CsrcAttentionImpl
+    supports_cascade = True
 
     cuda_head_dims = (64, 128)
 

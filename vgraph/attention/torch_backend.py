@@ -3,7 +3,8 @@
 It is the readable reference. Mixed and prefill steps loop over requests using host copies of the
 lengths (eager only). Uniform single-token decode takes a batched path that reads lengths and block
 tables from device tensors only, with shapes fixed by the buffers, so it can be captured in a graph:
-hence UNIFORM_SINGLE_TOKEN_DECODE.
+hence UNIFORM_SINGLE_TOKEN_DECODE. Cascade steps (a shared prefix) run ops_ref's cascade
+reference, eagerly: they never run in a FULL graph.
 
 Pad tokens (slot -1) write into the cache's last slot, which the block pool never hands out
 (the model runner allocates one spare block for it); this keeps the write free of host syncs.
@@ -20,6 +21,7 @@ from vgraph.attention.backend import (
     AttentionImpl,
     CommonAttentionMetadata,
 )
+from vgraph.attention.ops_ref import cascade_attention_ref
 from vgraph.utils import cdiv
 
 
@@ -126,7 +128,20 @@ class TorchAttentionImpl(AttentionImpl):
         metadata: CommonAttentionMetadata,
         output: torch.Tensor,  # [num_tokens, num_heads, head_dim]
     ) -> None:
-        if metadata.max_query_len == 1:
+        if metadata.num_common_prefix_blocks:  # cascade: eager only, the readable reference
+            cascade_attention_ref(
+                output,
+                query,
+                kv_cache[0],
+                kv_cache[1],
+                metadata.query_start_loc,
+                metadata.seq_lens,
+                metadata.block_table,
+                metadata.num_common_prefix_blocks,
+                self.scale,
+                metadata.num_reqs,
+            )
+        elif metadata.max_query_len == 1:
             # PIECEWISE steps pad tokens, not requests: tokens past the requests are pads
             num_reqs = metadata.seq_lens.shape[0]
             self._decode(query[:num_reqs], kv_cache, metadata, output[:num_reqs])
@@ -198,3 +213,4 @@ class TorchAttentionBackend(AttentionBackend):
     name = "torch"
     cudagraph_support = AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
     impl_cls = TorchAttentionImpl
+    supports_cascade = True

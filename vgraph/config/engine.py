@@ -72,12 +72,16 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class CacheConfig:
-    """Paged KV cache: block size and how much memory the cache may take."""
+    """Paged KV cache: block size, how much memory the cache may take, prefix caching."""
 
     block_size: int = 16
     gpu_memory_utilization: float = 0.9  # CUDA: share of the device this engine may use
     cpu_kv_cache_bytes: int = 1 << 30  # CPU: fixed byte budget for the KV cache
     num_gpu_blocks_override: int | None = None  # force a block count (tests of preemption)
+    enable_prefix_caching: bool = True  # reuse cached KV of equal prompt prefixes
+    # cascade attention over a prefix shared by a whole decode batch, where the cost rule
+    # (vgraph/attention/cascade.py) says it pays
+    enable_cascade_attention: bool = False
 
     def __post_init__(self) -> None:
         if self.block_size not in (16, 32):

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from vgraph.cudagraph.dispatcher import EagerReason
 
 RUNTIME_MODE_NAMES = ("NONE", "PIECEWISE", "FULL")
-EAGER_REASONS = ("above_max_size", "unsupported")  # EagerReason values (a test ties them)
+# EagerReason values (a test ties them)
+EAGER_REASONS = ("above_max_size", "cascade", "unsupported")
 # /metrics histogram edges for decode batch sizes: every size to 32, then the default capture
 # list's steps (8 to 256, 16 to 512), so each default capture size is an edge
 BATCH_SIZE_BUCKETS = tuple(range(1, 33)) + tuple(range(40, 257, 8)) + tuple(range(272, 513, 16))
@@ -43,7 +44,8 @@ def _zeros(names: tuple[str, ...]) -> dict[str, int]:
 class GraphStats(msgspec.Struct, array_like=True):
     # steps per runtime mode name (NONE, PIECEWISE, FULL)
     steps: dict[str, int] = msgspec.field(default_factory=lambda: _zeros(RUNTIME_MODE_NAMES))
-    # steps run eagerly although the mode has graphs, per EagerReason value
+    # steps run eagerly although the mode has graphs, per EagerReason value; "cascade" counts
+    # cascade attention steps kept off a FULL graph (they ran PIECEWISE, or NONE without pieces)
     eager_fallbacks: dict[str, int] = msgspec.field(default_factory=lambda: _zeros(EAGER_REASONS))
     padded_tokens: int = 0  # pad tokens added to reach capture sizes, summed over steps
     num_graphs: int = 0

@@ -30,6 +30,7 @@ class EagerReason(enum.Enum):
     """Why a step ran eagerly although the mode has graphs."""
 
     ABOVE_MAX_SIZE = "above_max_size"
+    CASCADE = "cascade"  # a cascade attention step would have run FULL: PIECEWISE or NONE
     UNSUPPORTED = "unsupported"  # the mode (or backend) has no graph for this kind of step
 
 
@@ -77,30 +78,36 @@ class CudagraphDispatcher:
         return key.num_reqs or min(key.num_tokens, self.max_num_reqs)
 
     def dispatch(
-        self, num_tokens: int, uniform_decode: bool
+        self, num_tokens: int, uniform_decode: bool, use_cascade: bool = False
     ) -> tuple[CUDAGraphMode, BatchDescriptor | None, EagerReason | None]:
-        """-> (runtime mode, key, why eager). FULL (exact key, then relaxed) > PIECEWISE > NONE;
-        each mode pads to its own list's smallest size that holds the step."""
+        """-> (runtime mode, key, why not FULL / why eager). FULL (exact key, then relaxed) >
+        PIECEWISE > NONE; each mode pads to its own list's smallest size that holds the step.
+        A cascade step never runs FULL (its attention is not what the graph captured): it takes
+        PIECEWISE where pieces exist, else NONE, with reason CASCADE where FULL was its key."""
         if self.mode is CUDAGraphMode.NONE:
             return CUDAGraphMode.NONE, None, None
         full = self.keys[CUDAGraphMode.FULL]
         padded = self.padded_size(num_tokens)
+        cascade_left_full = False
         if padded is not None:
             relaxed = BatchDescriptor(padded)
             exact = BatchDescriptor(padded, padded, True) if uniform_decode else relaxed
-            if exact in full:
-                return CUDAGraphMode.FULL, exact, None
-            if relaxed in full:
-                return CUDAGraphMode.FULL, relaxed, None
+            for key in (exact, relaxed):
+                if key in full:
+                    if not use_cascade:
+                        return CUDAGraphMode.FULL, key, None
+                    cascade_left_full = True
         padded_pw = self.padded_size(num_tokens, self.piecewise_sizes)
+        why = EagerReason.CASCADE if cascade_left_full else None
         if (
             padded_pw is not None
             and BatchDescriptor(padded_pw) in self.keys[CUDAGraphMode.PIECEWISE]
         ):
-            return CUDAGraphMode.PIECEWISE, BatchDescriptor(padded_pw), None
-        if padded is None and padded_pw is None:
-            return CUDAGraphMode.NONE, None, EagerReason.ABOVE_MAX_SIZE
-        return CUDAGraphMode.NONE, None, EagerReason.UNSUPPORTED
+            return CUDAGraphMode.PIECEWISE, BatchDescriptor(padded_pw), why
+        if why is None:
+            none_of = padded is None and padded_pw is None
+            why = EagerReason.ABOVE_MAX_SIZE if none_of else EagerReason.UNSUPPORTED
+        return CUDAGraphMode.NONE, None, why
 
     def capture_keys(self) -> list[tuple[CUDAGraphMode, BatchDescriptor]]:
         """Every key to capture: FULL first, each mode largest first."""

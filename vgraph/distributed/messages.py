@@ -20,6 +20,7 @@ class TPStep(msgspec.Struct, tag=True, array_like=True):
     key: tuple[int, int | None, bool] | None  # BatchDescriptor fields, or None when eager
     num_tokens_padded: int | None
     num_reqs_padded: int | None
+    num_common_prefix_blocks: int = 0  # cascade attention's shared prefix (0: plain attention)
 
 
 class TPShutdown(msgspec.Struct, tag=True, array_like=True):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from vgraph.attention.cascade import CASCADE_DEFAULT
 from vgraph.attention.selector import get_backend_cls, resolve_backend_name
 from vgraph.config import (
     LOAD_FORMATS,
@@ -51,6 +52,8 @@ def create_engine_config(
     compilation_config: CompilationConfig | dict[str, Any] | str | None = None,
     enforce_eager: bool = False,
     tensor_parallel_size: int = 1,
+    enable_prefix_caching: bool = True,
+    enable_cascade_attention: bool | None = None,
 ) -> VGraphConfig:
     """Resolve every "auto" and build the frozen config. Raises ValueError on bad input."""
     if model is None:
@@ -109,6 +112,10 @@ def create_engine_config(
             gpu_memory_utilization=gpu_memory_utilization,
             cpu_kv_cache_bytes=cpu_kv_cache_bytes,
             num_gpu_blocks_override=num_gpu_blocks_override,
+            enable_prefix_caching=enable_prefix_caching,
+            enable_cascade_attention=(
+                CASCADE_DEFAULT if enable_cascade_attention is None else enable_cascade_attention
+            ),
         ),
         scheduler_config=scheduler_config,
         parallel_config=parallel_config,

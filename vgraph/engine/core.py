@@ -58,9 +58,14 @@ class EngineCore:
             self.runner.load_model()
             num_blocks = self.runner.initialize_kv_cache()
             self.runner.capture_model()
-            self.scheduler = Scheduler(
-                config.scheduler_config, KVCacheManager(num_blocks, config.cache_config.block_size)
+            cc, mc = config.cache_config, config.model_config
+            kv = KVCacheManager(
+                num_blocks,
+                cc.block_size,
+                enable_caching=cc.enable_prefix_caching,
+                extra_keys=(mc.model, str(mc.dtype)),  # what besides the tokens shapes the KV
             )
+            self.scheduler = Scheduler(config.scheduler_config, kv)
         except BaseException:
             self.stop_workers()
             raise
@@ -134,6 +139,7 @@ class EngineCore:
                     new_logprobs=None if lp is None else [lp],
                     finish_reason=req.status.finish_reason,
                     stop_reason=req.stop_reason,
+                    num_cached_tokens=max(req.num_cached_tokens, 0),
                 )
             )
         with_graph_stats = (
@@ -189,6 +195,8 @@ class EngineCore:
             kv_cache_usage=s.kv.usage,
             num_preemptions=s.num_preemptions,
             num_steps=self.num_steps,
+            prefix_cache_queries=s.kv.prefix_cache_queries,
+            prefix_cache_hits=s.kv.prefix_cache_hits,
             graph_stats=self.runner.graph_stats.snapshot() if with_graph_stats else None,
         )
 

@@ -43,6 +43,7 @@ class ChildState:
     stop_reason: int | str | None = None
     num_sent_tokens: int = 0
     final_sent: bool = False
+    num_cached_tokens: int = 0  # prompt tokens the engine found in the prefix cache
 
 
 @dataclass
@@ -151,6 +152,7 @@ class OutputProcessor:
         """Apply one engine output; True if a stop string finished the child while the core
         still runs it (the caller aborts it there)."""
         child.token_ids.extend(out.new_token_ids)
+        child.num_cached_tokens = max(child.num_cached_tokens, out.num_cached_tokens)
         if out.new_logprobs and child.logprobs is not None:
             for lp in out.new_logprobs:
                 child.logprobs.append(self._logprob_dict(lp))
@@ -203,6 +205,7 @@ class OutputProcessor:
             finished=parent.finished,
             error=parent.error,
             metrics=dataclasses.replace(parent.metrics),  # a snapshot: later outputs move on
+            num_cached_tokens=parent.children[0].num_cached_tokens,
         )
 
     def _completion(self, c: ChildState, delta: bool) -> CompletionOutput | None:

@@ -30,6 +30,7 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     finish_reason: str | None = None  # "stop", "length", "abort", "error"
     stop_reason: int | str | None = None
     error: str | None = None  # set with finish_reason "error": this request only failed
+    num_cached_tokens: int = 0  # prompt tokens its first admission found in the prefix cache
 
     @property
     def finished(self) -> bool:
@@ -42,6 +43,8 @@ class SchedulerStats(msgspec.Struct, array_like=True, omit_defaults=True):
     kv_cache_usage: float = 0.0
     num_preemptions: int = 0
     num_steps: int = 0
+    prefix_cache_queries: int = 0  # tokens looked up in the prefix cache, since start-up
+    prefix_cache_hits: int = 0  # of which were found cached
     # what the steps replayed; sent every GRAPH_STATS_EVERY steps and on the step before idle
     # (its histograms cost tens of microseconds to encode and decode), None in between
     graph_stats: GraphStats | None = None

@@ -108,6 +108,19 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
         help="CPU: KV cache size in bytes (default: 1 GiB)",
     )
     p.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="reuse the KV of cached prompt prefixes across requests (default: on)",
+    )
+    p.add_argument(
+        "--enable-cascade-attention",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="cascade attention over a prefix shared by a decode batch (default: "
+        "the measured default, off)",
+    )
+    p.add_argument(
         "--num-gpu-blocks-override",
         type=int,
         default=None,
@@ -276,6 +289,8 @@ def build_config(args: argparse.Namespace) -> VGraphConfig:
         compilation_config=compilation,
         enforce_eager=args.enforce_eager,
         tensor_parallel_size=args.tensor_parallel_size,
+        enable_prefix_caching=args.enable_prefix_caching,
+        enable_cascade_attention=args.enable_cascade_attention,
     )
 
 

@@ -1,6 +1,7 @@
 """Model runner: load, allocate the KV cache, capture graphs, execute one step. An orchestrator
 of the parts: each stage is one method, called in this order by execute_model():
-  1. dispatch: runtime mode (FULL / PIECEWISE / NONE), graph key, padded token and request counts
+  1. dispatch: the cascade decision (a decode batch sharing a long prefix), then the runtime
+     mode (FULL / PIECEWISE / NONE; never FULL for cascade), graph key, padded counts
   2. prepare_inputs: SchedulerOutput -> persistent buffers (padded) -> CommonAttentionMetadata
   3. execute_forward: the model (or its graph replay) under a ForwardContext
   4. sample: logits of each request's last token -> Sampler, on the device
@@ -28,6 +29,7 @@ from vgraph.attention.backend import (
     AttentionSpec,
     CommonAttentionMetadata,
 )
+from vgraph.attention.cascade import CascadeCostRule, num_common_prefix_blocks
 from vgraph.attention.selector import get_backend_cls
 from vgraph.config import VGraphConfig
 from vgraph.config.modes import CUDAGraphMode
@@ -110,6 +112,10 @@ class ModelRunner:
             comp.piecewise_capture_sizes,
         )
         self.graph_backend = make_graph_backend(self.device)
+        # where cascade attention pays (None: off, by config or for want of backend support)
+        self.cascade_rule: CascadeCostRule | None = None
+        if cc.enable_cascade_attention and self.attention_backend.supports_cascade:
+            self.cascade_rule = CascadeCostRule()
         self.graph_stats = GraphStats()
         self.sampler = Sampler()
         self.generators: dict[str, torch.Generator] = {}
@@ -252,13 +258,25 @@ class ModelRunner:
     def execute_model(self, sched: SchedulerOutput) -> ModelRunnerOutput:
         for rid in sched.finished_req_ids:
             self.generators.pop(rid, None)
-        mode, key, t_pad, r_pad = self.dispatch(sched)
-        step, common = self.prepare_inputs(sched, t_pad, r_pad)
+        num_prefix_blocks = self.cascade_prefix_blocks(sched)
+        mode, key, t_pad, r_pad = self.dispatch(sched, use_cascade=num_prefix_blocks > 0)
+        step, common = self.prepare_inputs(sched, t_pad, r_pad, num_prefix_blocks)
         if self.broadcast is not None:
-            self.broadcast(self.step_message(sched, step, mode, key))
+            self.broadcast(self.step_message(sched, step, mode, key, num_prefix_blocks))
         logits = self.execute_forward(step, common, mode, key)
         out = self.sample(sched, step, logits)
         return self.to_host(sched, out)
+
+    def cascade_prefix_blocks(self, sched: SchedulerOutput) -> int:
+        """Blocks of the prefix a uniform decode step attends as cascade (0: plain attention):
+        the leading blocks all its requests share, where the cost rule says cascade pays."""
+        rule = self.cascade_rule
+        num_reqs = len(sched.requests)
+        if rule is None or num_reqs < rule.min_num_reqs or not sched.is_uniform_decode:
+            return 0
+        computed = [r.num_computed_tokens for r in sched.requests]
+        n = num_common_prefix_blocks(sched.block_ids, computed, self.block_size)
+        return n if rule.use(n * self.block_size, num_reqs) else 0
 
     def step_message(
         self,
@@ -266,6 +284,7 @@ class ModelRunner:
         step: StepInputs,
         mode: CUDAGraphMode,
         key: BatchDescriptor | None,
+        num_common_prefix_blocks: int = 0,
     ) -> TPStep:
         """The step for the worker ranks: the inputs just prepared and this dispatch."""
         return TPStep(
@@ -277,6 +296,7 @@ class ModelRunner:
             key=None if key is None else tuple(key),
             num_tokens_padded=None if key is None else step.num_tokens_padded,
             num_reqs_padded=step.num_reqs_padded if mode is CUDAGraphMode.FULL else None,
+            num_common_prefix_blocks=num_common_prefix_blocks,
         )
 
     @torch.inference_mode()
@@ -292,14 +312,17 @@ class ModelRunner:
             msg.num_tokens_padded,
             msg.num_reqs_padded,
         )
-        self.execute_forward(step, self.build_common_metadata(step), mode, key)
+        common = self.build_common_metadata(
+            step, num_common_prefix_blocks=msg.num_common_prefix_blocks
+        )
+        self.execute_forward(step, common, mode, key)
 
     def dispatch(
-        self, sched: SchedulerOutput
+        self, sched: SchedulerOutput, use_cascade: bool = False
     ) -> tuple[CUDAGraphMode, BatchDescriptor | None, int | None, int | None]:
         """-> (runtime mode, graph key, padded token count, padded request count)."""
         num_tokens = sched.total_num_scheduled_tokens
-        mode, key, why = self.dispatcher.dispatch(num_tokens, sched.is_uniform_decode)
+        mode, key, why = self.dispatcher.dispatch(num_tokens, sched.is_uniform_decode, use_cascade)
         t_pad = None if key is None else key.num_tokens
         r_pad = self.dispatcher.num_reqs_padded(key) if mode is CUDAGraphMode.FULL else None
         self.graph_stats.record_step(
@@ -312,13 +335,23 @@ class ModelRunner:
         sched: SchedulerOutput,
         num_tokens_padded: int | None = None,
         num_reqs_padded: int | None = None,
+        num_common_prefix_blocks: int = 0,
     ) -> tuple[StepInputs, CommonAttentionMetadata]:
         """num_reqs_padded is given for FULL replays only (the graph's request count)."""
         step = self.buffers.prepare(sched, num_tokens_padded, num_reqs_padded)
-        return step, self.build_common_metadata(step, full_graph=num_reqs_padded is not None)
+        common = self.build_common_metadata(
+            step,
+            full_graph=num_reqs_padded is not None,
+            num_common_prefix_blocks=num_common_prefix_blocks,
+        )
+        return step, common
 
     def build_common_metadata(
-        self, step: StepInputs, for_capture: bool = False, full_graph: bool = False
+        self,
+        step: StepInputs,
+        for_capture: bool = False,
+        full_graph: bool = False,
+        num_common_prefix_blocks: int = 0,
     ) -> CommonAttentionMetadata:
         """The step's attention metadata, planned by the backend's planner if it has one
         (full_graph: the step replays or captures a FULL graph)."""
@@ -336,6 +369,7 @@ class ModelRunner:
             max_query_len=step.max_query_len,
             max_seq_len=step.max_seq_len,
             for_capture=for_capture,
+            num_common_prefix_blocks=num_common_prefix_blocks,
         )
         if self.planner is not None:
             self.planner.plan(common, full_graph)

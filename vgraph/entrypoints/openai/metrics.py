@@ -194,6 +194,16 @@ class _SchedulerCollector(Collector):
         for name, doc, value in (
             ("num_preemptions", "Preemptions (recompute).", s.num_preemptions),
             ("engine_steps", "Engine steps executed.", s.num_steps),
+            (
+                "prefix_cache_queries",
+                "Prefix cache queries, in tokens (prompt tokens looked up).",
+                s.prefix_cache_queries,
+            ),
+            (
+                "prefix_cache_hits",
+                "Prefix cache hits, in tokens (prompt tokens found cached).",
+                s.prefix_cache_hits,
+            ),
         ):
             c = CounterMetricFamily(f"vgraph:{name}", doc, labels=["model_name"])
             c.add_metric([m], value)
@@ -205,7 +215,12 @@ def graph_metrics(g: GraphStats, model_name: str) -> Iterator[Metric]:
     """SchedulerStats.graph_stats (graph-mode work) -> metric families."""
     families = (
         ("cudagraph_steps", "Engine steps per cudagraph runtime mode.", "mode", g.steps),
-        ("eager_fallback_steps", "Steps run eagerly, by reason.", "reason", g.eager_fallbacks),
+        (
+            "eager_fallback_steps",
+            "Steps run without the mode's graph for them, by reason (cascade: kept off FULL).",
+            "reason",
+            g.eager_fallbacks,
+        ),
     )
     for name, doc, label, counts in families:
         c = CounterMetricFamily(f"vgraph:{name}", doc, labels=["model_name", label])

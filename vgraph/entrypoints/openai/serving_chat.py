@@ -52,7 +52,9 @@ class OpenAIServingChat(OpenAIServing):
         if req.stream:
             return self.stream(req, (text, ids), params, head, top_n, tools)
         choices: dict[int, Choice] = {}
+        num_cached = 0
         async for _, out in self.generate_all([(text, ids)], [params], head["id"]):
+            num_cached = out.num_cached_tokens or num_cached
             for comp in out.outputs:
                 self.update_choice(choices.setdefault(comp.index, Choice(comp.index)), comp)
         body = []
@@ -72,7 +74,7 @@ class OpenAIServingChat(OpenAIServing):
                 }
             )
         num_completion = sum(len(c.token_ids) for c in choices.values())
-        return {**head, "choices": body, "usage": usage(len(ids), num_completion)}
+        return {**head, "choices": body, "usage": usage(len(ids), num_completion, num_cached)}
 
     def render(self, req: ChatCompletionRequest) -> str:
         try:

@@ -40,7 +40,9 @@ class OpenAIServingCompletion(OpenAIServing):
         if req.stream:
             return self.stream(req, tokenized, params, head)
         choices: dict[int, Choice] = {}
+        cached: dict[int, int] = {}  # prompt index -> its prompt tokens found cached
         async for i, out in self.generate_all(tokenized, params, head["id"]):
+            cached[i] = out.num_cached_tokens or cached.get(i, 0)
             for comp in out.outputs:
                 index = i * req.n + comp.index
                 self.update_choice(choices.setdefault(index, Choice(index)), comp)
@@ -60,7 +62,9 @@ class OpenAIServingCompletion(OpenAIServing):
         return {
             **head,
             "choices": body,
-            "usage": usage(sum(len(ids) for _, ids in tokenized), num_completion),
+            "usage": usage(
+                sum(len(ids) for _, ids in tokenized), num_completion, sum(cached.values())
+            ),
         }
 
     def stream(

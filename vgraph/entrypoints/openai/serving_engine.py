@@ -39,11 +39,13 @@ def finite(x: float) -> float:
     return x if math.isfinite(x) else -9999.0
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
+    """OpenAI's usage object; cached_tokens: prompt tokens served from the prefix cache."""
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
 
 
@@ -193,18 +195,21 @@ class OpenAIServing:
         """
         num_prompt = sum(len(ids) for _, ids in prompts)
         num_completion = 0
+        cached: dict[int, int] = {}  # prompt index -> its prompt tokens found cached
         for choice in first_choices:
             yield sse({**head, "choices": [choice]})
         try:
             async for i, out in self.generate_all(prompts, params, head["id"]):
+                cached[i] = out.num_cached_tokens or cached.get(i, 0)
                 for comp in out.outputs:
                     num_completion += len(comp.token_ids)
                     chunk = {**head, "choices": [make_choice(i, comp)]}
                     if stream_options is not None and stream_options.continuous_usage_stats:
-                        chunk["usage"] = usage(num_prompt, num_completion)
+                        chunk["usage"] = usage(num_prompt, num_completion, sum(cached.values()))
                     yield sse(chunk)
             if stream_options is not None and stream_options.include_usage:
-                yield sse({**head, "choices": [], "usage": usage(num_prompt, num_completion)})
+                final = usage(num_prompt, num_completion, sum(cached.values()))
+                yield sse({**head, "choices": [], "usage": final})
         except APIError as e:
             yield sse(e.body())
         yield SSE_DONE
