@@ -11,6 +11,12 @@
 #   csrc, flashinfer and torch backends; FlashInfer compiles its kernels on first use, about
 #   15 s + 90 s, into FLASHINFER_WORKSPACE_BASE; FI_BACKENDS picks the backends of the table) and
 #   the sampler benchmark (vgraph's top-k/top-p path against FlashInfer's kernel).
+#   Not in the default STEPS: prefix (issue 14): the cascade GPU tests (kernel vs the float32
+#           reference, greedy identity NONE vs FULL_AND_PIECEWISE with cascade steps), then
+#           benchmarks/bench_prefix_cache.py on Llama-3.2-1B: TTFT of a second request sharing a
+#           2,048-token prefix with and without prefix caching, and decode step time of up to 64
+#           requests sharing up to 2,048 tokens with and without cascade (the cost rule's switch).
+#           Needs the ext step first (or a built vgraph/_C.so).
 #   BENCH_TIMEOUT, TEST_TIMEOUT, SWEEP_TIMEOUT   seconds per latency run / for the GPU tests /
 #           per model of the sweep.
 # Not in the default STEPS: `sweep`, the capture-list sweep of docs/tuning.md on SmolLM2-135M and
@@ -63,6 +69,10 @@ for s in ${STEPS:-ext tests smollm2 llama profile kernels}; do
     profile) step profile_smollm2 timeout 150 python3 tools/profile_step.py --model SmolLM2-135M \
       --batch 1 --modes FULL PIECEWISE --out "$out/profile_SmolLM2-135M_b1.json" ;;
     serve) serve SmolLM2-135M ;;
+    prefix) step prefix_tests timeout "${TEST_TIMEOUT:-300}" python3 -m pytest -v \
+        -p no:cacheprovider tests/gpu/test_cascade_gpu.py tests/kernels/test_cascade_attention.py
+      step prefix_bench timeout 540 python3 benchmarks/bench_prefix_cache.py \
+        --model Llama-3.2-1B --out "$out/prefix_cache_Llama-3.2-1B.json" ;;
     sweep) sweep SmolLM2-135M; sweep Llama-3.2-1B ;;
     flashinfer) FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-$HOME} step flashinfer_tests \
         timeout "${TEST_TIMEOUT:-400}" python3 -m pytest -v -p no:cacheprovider \

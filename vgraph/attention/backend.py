@@ -105,7 +105,6 @@ class AttentionBackend(ABC):
     name: ClassVar[str]
     cudagraph_support: ClassVar[AttentionCGSupport]
     impl_cls: ClassVar[type[AttentionImpl]]
-    supports_cascade: ClassVar[bool] = False  # forward honours num_common_prefix_blocks
 
     @staticmethod
     def kv_cache_shape(
@@ -122,3 +121,8 @@ class AttentionBackend(ABC):
     def make_planner(cls, spec: AttentionSpec) -> AttentionPlanner | None:
         """The backend's per-step planner, or None when its layers need no planning."""
         return None
+
+    @classmethod
+    def supports_cascade(cls, device: torch.device) -> bool:
+        """Whether forward honours metadata.num_common_prefix_blocks (cascade attention)."""
+        return False

@@ -18,6 +18,7 @@ from vgraph.attention.backend import (
     AttentionImpl,
     CommonAttentionMetadata,
 )
+from vgraph.torch_internals import dispatch_has_kernel
 
 
 class CsrcAttentionImpl(AttentionImpl):
@@ -89,7 +90,6 @@ class CsrcAttentionBackend(AttentionBackend):
     name = "csrc"
     cudagraph_support = AttentionCGSupport.ALWAYS
     impl_cls = CsrcAttentionImpl
-    supports_cascade = True
 
     cuda_head_dims = (64, 128)
 
@@ -103,3 +103,9 @@ class CsrcAttentionBackend(AttentionBackend):
             if head_dim is not None and head_dim not in cls.cuda_head_dims:
                 return f"its CUDA kernels support head_dim {cls.cuda_head_dims}, not {head_dim}"
         return None
+
+    @classmethod
+    def supports_cascade(cls, device: torch.device) -> bool:
+        """A vgraph._C built before cascade_attention existed has no kernel for it."""
+        key = "CUDA" if device.type == "cuda" else "CPU"
+        return load_ext() and dispatch_has_kernel("vgraph_C::cascade_attention", key)

@@ -213,4 +213,7 @@ class TorchAttentionBackend(AttentionBackend):
     name = "torch"
     cudagraph_support = AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
     impl_cls = TorchAttentionImpl
-    supports_cascade = True
+
+    @classmethod
+    def supports_cascade(cls, device: torch.device) -> bool:
+        return True

@@ -114,7 +114,7 @@ class ModelRunner:
         self.graph_backend = make_graph_backend(self.device)
         # where cascade attention pays (None: off, by config or for want of backend support)
         self.cascade_rule: CascadeCostRule | None = None
-        if cc.enable_cascade_attention and self.attention_backend.supports_cascade:
+        if cc.enable_cascade_attention and self.attention_backend.supports_cascade(self.device):
             self.cascade_rule = CascadeCostRule()
         self.graph_stats = GraphStats()
         self.sampler = Sampler()
