@@ -23,8 +23,9 @@ class LLM:
     """An engine for offline generation. `LLM()` loads the built-in default model.
 
     Keyword arguments are those of create_engine_config (dtype, max_model_len, load_format,
-    attention_backend, block_size, max_num_seqs, max_num_batched_tokens, ...). The engine core
-    runs in its own process unless multiprocess=False (or VGRAPH_ENABLE_MULTIPROCESSING=0).
+    attention_backend, block_size, max_num_seqs, max_num_batched_tokens, enable_prefix_caching,
+    enable_cascade_attention, ...). The engine core runs in its own process unless
+    multiprocess=False (or VGRAPH_ENABLE_MULTIPROCESSING=0).
     generation_config: where generate() without sampling_params takes its defaults ("auto": the
     model's generation_config.json, "vllm": SamplingParams(), or a folder), as vLLM.
     """
