@@ -26,3 +26,11 @@ def test_cost_rule_thresholds() -> None:
     assert not rule.use(MIN_PREFIX_TOKENS - 16, 64)
     assert not rule.use(4096, MIN_NUM_REQS - 1)
     assert CascadeCostRule(min_prefix_tokens=16, min_num_reqs=2).use(16, 2)
+
+
+def test_prefix_blocks_of_a_step() -> None:
+    rule = CascadeCostRule(min_prefix_tokens=32, min_num_reqs=3)
+    tables = [[7, 8, 9, 1], [7, 8, 9, 2], [7, 8, 9, 3]]
+    assert rule.prefix_blocks(tables, [60, 60, 60], 16) == 3
+    assert rule.prefix_blocks(tables[:2], [60, 60], 16) == 0  # too few requests
+    assert rule.prefix_blocks(tables, [60, 60, 20], 16) == 0  # 1 block: too short a prefix

@@ -35,6 +35,19 @@ class CascadeCostRule:
     def use(self, num_prefix_tokens: int, num_reqs: int) -> bool:
         return num_prefix_tokens >= self.min_prefix_tokens and num_reqs >= self.min_num_reqs
 
+    def prefix_blocks(
+        self,
+        block_ids: Sequence[Sequence[int]],
+        num_computed_tokens: Sequence[int],
+        block_size: int,
+    ) -> int:
+        """Blocks of the shared prefix a uniform decode step of these requests should attend as
+        cascade, or 0 (plain attention)."""
+        if len(block_ids) < self.min_num_reqs:
+            return 0
+        n = num_common_prefix_blocks(block_ids, num_computed_tokens, block_size)
+        return n if self.use(n * block_size, len(block_ids)) else 0
+
 
 def num_common_prefix_blocks(
     block_ids: Sequence[Sequence[int]], num_computed_tokens: Sequence[int], block_size: int

@@ -29,7 +29,7 @@ from vgraph.attention.backend import (
     AttentionSpec,
     CommonAttentionMetadata,
 )
-from vgraph.attention.cascade import CascadeCostRule, num_common_prefix_blocks
+from vgraph.attention.cascade import CascadeCostRule
 from vgraph.attention.selector import get_backend_cls
 from vgraph.config import VGraphConfig
 from vgraph.config.modes import CUDAGraphMode
@@ -270,13 +270,10 @@ class ModelRunner:
     def cascade_prefix_blocks(self, sched: SchedulerOutput) -> int:
         """Blocks of the prefix a uniform decode step attends as cascade (0: plain attention):
         the leading blocks all its requests share, where the cost rule says cascade pays."""
-        rule = self.cascade_rule
-        num_reqs = len(sched.requests)
-        if rule is None or num_reqs < rule.min_num_reqs or not sched.is_uniform_decode:
+        if self.cascade_rule is None or not sched.is_uniform_decode:
             return 0
         computed = [r.num_computed_tokens for r in sched.requests]
-        n = num_common_prefix_blocks(sched.block_ids, computed, self.block_size)
-        return n if rule.use(n * self.block_size, num_reqs) else 0
+        return self.cascade_rule.prefix_blocks(sched.block_ids, computed, self.block_size)
 
     def step_message(
         self,
