@@ -127,6 +127,28 @@ def test_attention_matches_reference(kind, heads, kv_heads, head_dim):
     assert rel_err(out, case.reference()) < 1e-2
 
 
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [(9, 3, 64), (16, 8, 128)])
+def test_cascade_matches_plain_attention(heads, kv_heads, head_dim):
+    """12 decodes sharing their first 20 blocks (320 tokens): the prefix pass, the suffix pass
+    and their merge equal plain attention over each whole context (the reference)."""
+    prefix_blocks = 20
+    case = Case(
+        [(1, 320 + s) for s in (1, 5, 16, 17, 40, 100, 3, 64, 200, 9, 33, 2)],
+        heads,
+        kv_heads,
+        head_dim,
+    )
+    table = case.common.block_table_cpu
+    table[:, :prefix_blocks] = table[0, :prefix_blocks]
+    case.common.block_table.copy_(table)
+    case.common.num_common_prefix_blocks = prefix_blocks
+    case.planner.plan(case.common, full_graph=False)
+    assert case.common.backend_plan.prefix is not None
+    out = torch.full_like(case.query, float("nan"))
+    case.impl().forward(case.query, case.kv, case.common, out)
+    assert rel_err(out, case.reference()) < 1e-2
+
+
 def test_full_graph_decode_replays_new_lengths():
     """One CUDA-graph wrapper per padded batch: captured once, re-planned before each replay;
     the real rows match the reference for lengths the capture never saw."""
@@ -151,7 +173,9 @@ def test_full_graph_decode_replays_new_lengths():
     assert list(case.planner.graph_decode) == [8]
 
 
-def _generate(model: str, backend: str, mode: str) -> tuple[list[list[int]], list, dict]:
+def _generate(
+    model: str, backend: str, mode: str, prompts: list[list[int]] | None = None, **kwargs
+) -> tuple[list[list[int]], list, dict]:
     llm = LLM(
         model,
         load_format="dummy",
@@ -162,21 +186,36 @@ def _generate(model: str, backend: str, mode: str) -> tuple[list[list[int]], lis
         attention_backend=backend,
         # mixed steps of up to 64 tokens replay piecewise graphs
         compilation_config={"cudagraph_mode": mode, "cudagraph_capture_sizes": [1, 2, 4, 8, 64]},
+        **kwargs,
     )
-    prompts = [list(range(1 + i, 40 + 7 * i)) for i in range(6)]
+    prompts = prompts or [list(range(1 + i, 40 + 7 * i)) for i in range(6)]
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True, logprobs=2)
     outs = llm.generate(prompts, params, use_tqdm=False)
-    steps = dict(llm.engine.client.core.runner.graph_stats.steps)
+    stats = llm.engine.client.core.runner.graph_stats.snapshot()
     tokens = [o.outputs[0].token_ids for o in outs]
     logprobs = [o.outputs[0].logprobs for o in outs]
     llm.shutdown()
     del llm
     gc.collect()
     torch.cuda.empty_cache()
-    return tokens, logprobs, steps
+    return tokens, logprobs, stats
 
 
 NEAR_TIE = 0.05  # logprob gap under which bf16 kernels may legitimately pick either token
+
+
+def count_identical(tokens: list, oracle: list, oracle_lp: list, what: object) -> int:
+    """Sequences equal to the oracle's; a differing one must first differ at a near tie of the
+    oracle's top two (bf16 kernels sum in different orders)."""
+    identical = 0
+    for seq, ref, ref_lp in zip(tokens, oracle, oracle_lp):
+        if seq == ref:
+            identical += 1
+            continue
+        i = next(i for i, (a, b) in enumerate(zip(seq, ref)) if a != b)
+        top2 = sorted((lp.logprob for lp in ref_lp[i].values()), reverse=True)[:2]
+        assert top2[0] - top2[1] < NEAR_TIE, (what, i, top2)
+    return identical
 
 
 @pytest.mark.parametrize("model", ["SmolLM2-135M", "Qwen3-0.6B"])
@@ -189,15 +228,26 @@ def test_greedy_tokens_match_across_backends(model):
         for mode in ("NONE", "FULL_AND_PIECEWISE"):
             if (backend, mode) == ("torch", "NONE"):
                 continue
-            tokens, _, steps = _generate(model, backend, mode)
+            tokens, _, stats = _generate(model, backend, mode)
             if mode == "FULL_AND_PIECEWISE":
-                assert steps["FULL"] > 0 and steps["PIECEWISE"] > 0, (backend, steps)
-            identical = 0
-            for seq, ref, ref_lp in zip(tokens, oracle, oracle_lp):
-                if seq == ref:
-                    identical += 1
-                    continue
-                i = next(i for i, (a, b) in enumerate(zip(seq, ref)) if a != b)
-                top2 = sorted((lp.logprob for lp in ref_lp[i].values()), reverse=True)[:2]
-                assert top2[0] - top2[1] < NEAR_TIE, (backend, mode, i, top2)
+                assert stats.steps["FULL"] > 0 and stats.steps["PIECEWISE"] > 0, (backend, stats)
+            identical = count_identical(tokens, oracle, oracle_lp, (backend, mode))
             assert identical >= 5, (backend, mode, identical)
+
+
+def test_cascade_steps_run_piecewise_with_the_same_tokens():
+    """12 requests sharing a 300-token prefix: with cascade on, their decode steps run FlashInfer's
+    cascade between piecewise graphs (never FULL), with the tokens of plain attention."""
+    prefix = [(7 * i) % 5000 + 1 for i in range(300)]  # 18 full blocks: past the 256-token rule
+    prompts = [prefix + list(range(100 + i, 102 + 2 * i)) for i in range(12)]
+    oracle, oracle_lp, _ = _generate("SmolLM2-135M", "flashinfer", "NONE", prompts)
+    tokens, _, stats = _generate(
+        "SmolLM2-135M",
+        "flashinfer",
+        "FULL_AND_PIECEWISE",
+        prompts,
+        enable_cascade_attention=True,
+    )
+    assert stats.eager_fallbacks["cascade"] >= 10
+    assert stats.steps["PIECEWISE"] >= stats.eager_fallbacks["cascade"]
+    assert count_identical(tokens, oracle, oracle_lp, "cascade") >= 10

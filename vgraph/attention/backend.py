@@ -51,6 +51,7 @@ class AttentionSpec:
     device: torch.device
     max_num_reqs: int
     max_blocks_per_req: int
+    cascade: bool = False  # cascade steps may run (the planner warms their kernels up too)
 
 
 class AttentionPlanner(ABC):

@@ -7,6 +7,9 @@ runs; FlashInferPlanner.plan() does that once per step, before the forward, for 
   - uniform single-token decode: BatchDecodeWithPagedKVCacheWrapper (tensor-core kernels);
   - prefill chunks and mixed steps: BatchPrefillWithPagedKVCacheWrapper, causal (FlashInfer
     aligns the causal mask bottom-right: a query at the end of a longer context sees it all).
+A cascade step (a decode batch sharing its first blocks, never in a FULL graph) runs a prefill
+wrapper over the shared prefix for all queries and the decode wrapper over each request's
+suffix, merged by log-sum-exp (flashinfer.cascade.merge_state).
 For FULL graphs there is one decode wrapper per padded batch size, in FlashInfer's CUDA-graph form:
 its index buffers have fixed addresses and plan() writes into them before each replay. The
 prefill wrapper can't be captured, so the backend declares UNIFORM_SINGLE_TOKEN_DECODE: FULL
@@ -76,10 +79,13 @@ def paged_kv_arrays(
 
 @dataclass
 class FlashInferPlan:
-    """What the layers of one step run: a planned wrapper and the query rows it covers."""
+    """What the layers of one step run: a planned wrapper and the query rows it covers; for a
+    cascade step also the shared-prefix wrapper, whose partial result is merged with the
+    wrapper's (over each request's own suffix) by log-sum-exp."""
 
     wrapper: Any  # a planned BatchDecode... or BatchPrefillWithPagedKVCacheWrapper
     num_rows: int  # query rows the wrapper reads; rows past it are pads
+    prefix: Any = None  # cascade: the prefill wrapper planned over the shared prefix
 
 
 class FlashInferAttentionImpl(AttentionImpl):
@@ -120,8 +126,15 @@ class FlashInferAttentionImpl(AttentionImpl):
         output: torch.Tensor,  # [num_tokens, num_heads, head_dim]
     ) -> None:
         plan: FlashInferPlan = metadata.backend_plan
-        n = plan.num_rows
-        plan.wrapper.run(query[:n], self._key_value_caches(kv_cache), out=output[:n])
+        n, caches = plan.num_rows, self._key_value_caches(kv_cache)
+        if plan.prefix is None:
+            plan.wrapper.run(query[:n], caches, out=output[:n])
+        else:  # cascade: the shared prefix once for every query, then each request's suffix
+            from flashinfer.cascade import merge_state
+
+            prefix_out, prefix_lse = plan.prefix.run(query[:n], caches, return_lse=True)
+            suffix_out, suffix_lse = plan.wrapper.run(query[:n], caches, return_lse=True)
+            output[:n] = merge_state(prefix_out, prefix_lse, suffix_out, suffix_lse)[0]
         if n < output.shape[0]:
             output[n:].zero_()
 
@@ -143,6 +156,8 @@ class FlashInferPlanner(AttentionPlanner):
             self.workspace, "NHD", use_tensor_cores=True
         )
         self.prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD")
+        # cascade steps: the shared prefix as one non-causal "request" holding every query
+        self.prefix = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD")
         self.graph_decode: dict[int, Any] = {}  # padded batch size -> CUDA-graph wrapper
         self.max_blocks = spec.max_num_reqs * spec.max_blocks_per_req
 
@@ -161,6 +176,8 @@ class FlashInferPlanner(AttentionPlanner):
             wrapper = self.graph_decode.get(batch) or self._graph_wrapper(batch)
             self._plan_decode(wrapper, common.block_table_cpu, seq_lens, batch)
             common.backend_plan = FlashInferPlan(wrapper, batch)
+        elif common.num_common_prefix_blocks:
+            common.backend_plan = self._plan_cascade(common, seq_lens)
         elif uniform_decode:
             self._plan_decode(self.decode, common.block_table_cpu, seq_lens, num_reqs)
             common.backend_plan = FlashInferPlan(self.decode, num_reqs)
@@ -206,6 +223,34 @@ class FlashInferPlanner(AttentionPlanner):
             kv_data_type=s.dtype,
         )
 
+    def _plan_cascade(
+        self, common: CommonAttentionMetadata, seq_lens: np.ndarray
+    ) -> FlashInferPlan:
+        """A uniform decode step whose requests share their first P blocks (all computed): the
+        prefix wrapper attends every query over those blocks, non-causally (each query sits
+        after the whole prefix); the decode wrapper attends each over the rest of its blocks
+        (at least its own new token)."""
+        s, n = self.spec, common.num_reqs
+        p = common.num_common_prefix_blocks
+        shared = common.block_table_cpu[0, :p].contiguous()
+        self.prefix.plan(
+            torch.tensor([0, n], dtype=torch.int32),
+            torch.tensor([0, p], dtype=torch.int32),
+            shared,
+            torch.tensor([s.block_size], dtype=torch.int32),
+            s.num_heads,
+            s.num_kv_heads,
+            s.head_dim,
+            s.block_size,
+            causal=False,
+            sm_scale=s.scale,
+            q_data_type=s.dtype,
+            kv_data_type=s.dtype,
+        )
+        suffix_lens = seq_lens - p * s.block_size
+        self._plan_decode(self.decode, common.block_table_cpu[:, p:], suffix_lens, n)
+        return FlashInferPlan(self.decode, n, prefix=self.prefix)
+
     def _graph_wrapper(self, batch: int) -> Any:
         wrapper = self.fi.BatchDecodeWithPagedKVCacheWrapper(
             self.workspace,
@@ -239,15 +284,23 @@ class FlashInferPlanner(AttentionPlanner):
         kv = torch.zeros((2, 2, s.block_size, s.num_kv_heads, s.head_dim), dtype=s.dtype)
         kv = kv.to(self.device)
         caches = (kv[0], kv[1])
-        table = torch.zeros((2, 1), dtype=torch.int32)
-        for kind in tqdm(("decode", "prefill"), desc="FlashInfer kernels", unit="kernel"):
+        table = torch.zeros((2, 2), dtype=torch.int32)
+        kinds = ("decode", "prefill") + (("cascade",) if s.cascade else ())
+        for kind in tqdm(kinds, desc="FlashInfer kernels", unit="kernel"):
             t0 = time.perf_counter()
-            q_len = 1 if kind == "decode" else 2
+            q_len = 2 if kind == "prefill" else 1
             q = torch.zeros((2 * q_len, s.num_heads, s.head_dim), dtype=s.dtype, device=self.device)
             lens = np.full(2, 2, dtype=np.int32)
             if kind == "decode":
                 self._plan_decode(self.decode, table, lens, 2)
                 self.decode.run(q, caches)
+            elif kind == "cascade":  # the non-causal prefix pass and the merge
+                common = _warm_up_metadata(table, lens + s.block_size, q_len, prefix_blocks=1)
+                self.plan(common, full_graph=False)
+                out = torch.empty_like(q)
+                FlashInferAttentionImpl(s.num_heads, s.num_kv_heads, s.head_dim, s.scale).forward(
+                    q, kv, common, out
+                )
             else:
                 common = _warm_up_metadata(table, lens, q_len)
                 self._plan_prefill(common, lens)
@@ -257,7 +310,7 @@ class FlashInferPlanner(AttentionPlanner):
 
 
 def _warm_up_metadata(
-    table: torch.Tensor, seq_lens: np.ndarray, q_len: int
+    table: torch.Tensor, seq_lens: np.ndarray, q_len: int, prefix_blocks: int = 0
 ) -> CommonAttentionMetadata:
     n = len(seq_lens)
     qsl = torch.arange(0, (n + 1) * q_len, q_len, dtype=torch.int32)
@@ -274,6 +327,7 @@ def _warm_up_metadata(
         num_actual_tokens=n * q_len,
         max_query_len=q_len,
         max_seq_len=int(seq_lens.max()),
+        num_common_prefix_blocks=prefix_blocks,
     )
 
 
@@ -298,3 +352,7 @@ class FlashInferAttentionBackend(AttentionBackend):
     @classmethod
     def make_planner(cls, spec: AttentionSpec) -> FlashInferPlanner:
         return FlashInferPlanner(spec)
+
+    @classmethod
+    def supports_cascade(cls, device: torch.device) -> bool:
+        return device.type == "cuda"

@@ -178,6 +178,7 @@ class ModelRunner:
                 device=self.device,
                 max_num_reqs=self.max_num_reqs,
                 max_blocks_per_req=self.max_blocks_per_req,
+                cascade=self.cascade_rule is not None,
             )
         )
         if planner is not None:
