@@ -7,10 +7,13 @@ their log-sum-exp (kernels: csrc/cascade_*; reference: ops_ref.cascade_attention
 KV is then read once per step instead of once per request.
 
 It pays only when the prefix is long and the batch wide enough that the saved reads outweigh the
-extra launches and the merge. The thresholds are constants measured on the H200 by
-benchmarks/bench_prefix_cache.py (`decode` section); until that measurement is recorded in
-benchmarks/results/ they are vLLM's (a prefix of 256+ tokens and 8+ requests) and cascade is
-off by default, as in vLLM since 2026. Imports no torch.
+extra launches, the merge and leaving the FULL graph (cascade steps run PIECEWISE). Measured on
+the H200 by benchmarks/bench_prefix_cache.py (`decode` section; benchmarks/results/
+2026-12-01-h200-backends-prefix): with the csrc cascade kernel it lost at every prefix of
+256-2,048 tokens and 8-64 requests (0.32-0.41x of plain attention in FULL graphs), so no
+threshold in that range switches it on and it is off by default (as in vLLM since 2026). The
+thresholds stay vLLM's (a prefix of 256+ tokens and 8+ requests) for whoever turns it on.
+Imports no torch.
 """
 
 from __future__ import annotations
