@@ -62,10 +62,18 @@ def test_default_splitting_op_is_the_attention_op(tiny_checkpoint, tmp_path):
     assert runner.model_fn.stats.num_pieces == 3
 
 
-def test_unknown_splitting_op_warns_and_gives_one_piece(tiny_checkpoint, tmp_path, caplog):
-    runner = load_runner(tiny_checkpoint("llama"), tmp_path, splitting_ops=["vgraph::no_such_op"])
-    assert runner.model_fn.stats.num_pieces == 1
-    assert any("do not occur in the traced model" in r.getMessage() for r in caplog.records)
+@pytest.mark.parametrize("op", ["vgraph::no_such_op", "vllm::unified_attention_with_output_x"])
+def test_splitting_op_not_in_the_model_is_an_error(op, tiny_checkpoint, tmp_path):
+    """Attention left inside the captured pieces would replay stale lengths: refuse it."""
+    with pytest.raises(ValueError, match=r"splitting_ops \[.*\] do not occur in the model"):
+        load_runner(tiny_checkpoint("llama"), tmp_path, splitting_ops=[op])
+
+
+@pytest.mark.parametrize("op", ["vllm::unified_attention_with_output", "vllm::unified_attention"])
+def test_vllm_attention_op_name_is_an_alias_of_ours(op, tiny_checkpoint, tmp_path):
+    runner = load_runner(tiny_checkpoint("llama"), tmp_path, splitting_ops=[op])
+    assert runner.config.compilation_config.splitting_ops == (ATTENTION_OP,)
+    assert runner.model_fn.stats.num_pieces == 3
 
 
 def test_pieces_and_their_graphs_die_with_the_engine(tiny_checkpoint, tmp_path):

@@ -47,15 +47,17 @@ class PiecewiseBackend:
         self.items: list[SplitItem] = []
         self.pieces: list[PiecewisePiece] = []
         self.inductor_seconds = 0.0
+        self.missing_ops: list[str] = []  # splitting ops that do not occur in the traced model
 
     def __call__(
         self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
     ) -> Callable[..., Any]:
         assert self.split_gm is None, "the model was traced twice (a Dynamo guard failed?)"
         split_gm, items, found = split_graph(gm, self.splitting_ops)
-        missing = sorted(set(self.splitting_ops) - found)
-        if missing:
-            logger.warning("splitting op(s) %s do not occur in the traced model", missing)
+        # an op that is not in the model leaves attention inside the captured pieces, which
+        # then replay stale sequence lengths: compile_piecewise turns this into a ValueError
+        # (raised here, Dynamo would wrap it)
+        self.missing_ops = sorted(set(self.splitting_ops) - found)
         debug = debug_graphs()
         # Dynamo's fake value of every node, by name: the example inputs of each piece
         fakes = {n.name: n.meta.get("example_value") for n in gm.graph.nodes}

@@ -29,6 +29,7 @@ import torch
 
 from vgraph.compilation.backend import PiecewiseBackend
 from vgraph.compilation.cache import CompileCache, cache_root, key_factors
+from vgraph.config import ATTENTION_OP
 from vgraph.cudagraph.backends import GraphBackend
 from vgraph.forward_context import ForwardContext, set_forward_context
 from vgraph.torch_internals import current_dispatch_mode, inductor_cache_counts, mark_dynamic
@@ -103,6 +104,11 @@ def compile_piecewise(
     t0 = time.perf_counter()
     _trace(compiled, trace_num_tokens(config), config.device)
     seconds = time.perf_counter() - t0
+    if backend.missing_ops:
+        raise ValueError(
+            f"compilation config: splitting_ops {backend.missing_ops} do not occur in the "
+            f"model; the attention op is {ATTENTION_OP!r} (vLLM's name for it is accepted too)"
+        )
     hits, misses = (a - b for a, b in zip(inductor_cache_counts(), (hits0, misses0)))
 
     hashes = backend.graph_hashes()

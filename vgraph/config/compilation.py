@@ -14,11 +14,12 @@ from typing import Any
 
 import torch
 
+from vgraph.config.compilation_keys import ATTENTION_OP, translate_vllm_keys
 from vgraph.config.modes import AttentionCGSupport, CUDAGraphMode
 
 logger = logging.getLogger(__name__)
 
-ATTENTION_OP = "vgraph::unified_attention_with_output"
+__all__ = ["ATTENTION_OP", "CompilationConfig"]
 
 
 @dataclass(frozen=True)
@@ -42,20 +43,21 @@ class CompilationConfig:
 
     @staticmethod
     def parse(value: str | dict[str, Any] | CompilationConfig | None) -> CompilationConfig:
-        """From a JSON string, a dict or a CompilationConfig; ValueError names the bad key."""
+        """From a JSON string, a dict or a CompilationConfig; ValueError names the bad key.
+
+        vLLM's keys (mode, level, backend, compile_sizes, full_cuda_graph, its attention op
+        name) are translated first by compilation_keys.translate_vllm_keys."""
         if value is None:
             return CompilationConfig()
         if isinstance(value, CompilationConfig):
             return value
         if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"compilation config is not valid JSON: {e}") from None
+            value = CompilationConfig.parse_json(value)
         if not isinstance(value, dict):
             raise ValueError(
                 f"compilation config must be a JSON object, got {type(value).__name__}"
             )
+        value = translate_vllm_keys(value)
         allowed = [f.name for f in dataclasses.fields(CompilationConfig)]
         unknown = sorted(set(value) - set(allowed))
         if unknown:
@@ -100,6 +102,13 @@ class CompilationConfig:
                 f"cudagraph_mode={kw['cudagraph_mode'].name}; drop one of them"
             )
         return CompilationConfig(**kw)
+
+    @staticmethod
+    def parse_json(text: str) -> Any:
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"compilation config is not valid JSON: {e}") from None
 
     def resolve(
         self,
