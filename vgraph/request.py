@@ -60,6 +60,7 @@ class Request:
         self.sampling_params = sampling_params
         self.eos_token_ids = eos_token_ids
         self.arrival_time = arrival_time
+        self.scheduled_time: float | None = None  # time.monotonic() of its first step
         self.status = RequestStatus.WAITING
         self.all_token_ids: list[int] = list(prompt_token_ids)  # prompt, then outputs
         self.num_computed_tokens = 0

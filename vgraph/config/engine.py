@@ -42,7 +42,12 @@ class ModelConfig:
     load_format: str = "auto"
     seed: int = 0
     tokenizer: str | None = None  # folder; defaults to `model`
-    served_model_name: str | None = None
+    served_model_name: str | None = None  # the name in responses
+    # every name a request may use (--served-model-name with several names); () = just `name`
+    served_model_names: tuple[str, ...] = ()
+    max_logprobs: int = 20  # most logprobs / top_logprobs a request may ask for
+    # sampling defaults: "auto" (the model's generation_config.json), "vllm" (none) or a folder
+    generation_config: str = "auto"
 
     @property
     def architecture(self) -> str:
@@ -68,6 +73,11 @@ class ModelConfig:
     @property
     def name(self) -> str:
         return self.served_model_name or Path(self.model).name
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every name a request may give as `model`; the first is the one responses carry."""
+        return self.served_model_names or (self.name,)
 
 
 @dataclass(frozen=True)
@@ -161,18 +171,25 @@ class VGraphConfig:
         return dataclasses.replace(self, **changes)
 
 
-def resolve_model_path(model: str) -> str:
-    """A model is a local folder, or the name of a config shipped in vgraph/models/configs."""
+def resolve_model_path(
+    model: str, revision: str | None = None, download_dir: str | None = None
+) -> str:
+    """A model is a local folder, the name of a config shipped in vgraph/models/configs, or a
+    Hugging Face Hub id ("org/name"), resolved to its snapshot folder in the Hub cache."""
     path = Path(model).expanduser()
     if path.is_dir():
         return str(path.resolve())
     configs = Path(__file__).resolve().parent.parent / "models" / "configs"
     if not path.is_absolute() and (configs / model).is_dir():
         return str(configs / model)
+    if model.count("/") == 1 and not model.startswith((".", "/", "~")):
+        from vgraph.config.hub import resolve_hub_model
+
+        return resolve_hub_model(model, revision, download_dir)
     raise ValueError(
-        f"model={model!r} is not a folder; pass a Hugging Face checkpoint folder "
-        f"(config.json, *.safetensors, tokenizer files) or one of the shipped configs: "
-        f"{sorted(p.name for p in configs.iterdir() if p.is_dir())}"
+        f"model={model!r} is not a folder nor a Hugging Face Hub id (org/name); pass a "
+        f"checkpoint folder (config.json, *.safetensors, tokenizer files), a Hub id or one of "
+        f"the shipped configs: {sorted(p.name for p in configs.iterdir() if p.is_dir())}"
     )
 
 

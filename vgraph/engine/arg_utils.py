@@ -1,10 +1,11 @@
-"""create_engine_config: user arguments -> the frozen VGraphConfig (vLLM's EngineArgs role).
+"""create_engine_config: EngineArgs -> the frozen VGraphConfig (vLLM's EngineArgs role).
 
 Resolves every "auto" before anything is frozen: the model folder (the built-in default model
-when none is given), dtype, max_model_len, device, the attention backend, and the graph mode
-against that backend's graph support. It sits above vgraph/config (which imports nothing from
-vgraph) because it needs the attention backends and the default model. Raises ValueError naming
-the argument on bad input.
+when none is given; a Hugging Face Hub id through huggingface_hub), dtype, max_model_len,
+device, the attention backend, and the graph mode against that backend's graph support. It
+sits above vgraph/config (which imports nothing from vgraph) because it needs the attention
+backends and the default model. Raises ValueError naming the argument on bad input. The
+arguments themselves are declared once, in vgraph/engine/engine_args.py.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from vgraph.attention.selector import get_backend_cls, resolve_backend_name
 from vgraph.config import (
     LOAD_FORMATS,
     CacheConfig,
-    CompilationConfig,
     ModelConfig,
     ParallelConfig,
     SchedulerConfig,
@@ -30,42 +30,29 @@ from vgraph.config.engine import (
     resolve_dtype,
     resolve_model_path,
 )
+from vgraph.engine.engine_args import ENGINE_ARG_NAMES, EngineArgs
+
+__all__ = ["EngineArgs", "build_engine_config", "create_engine_config"]
 
 
-def create_engine_config(
-    model: str | None = None,
-    *,
-    dtype: str = "auto",
-    max_model_len: int | None = None,
-    load_format: str = "auto",
-    seed: int = 0,
-    tokenizer: str | None = None,
-    served_model_name: str | None = None,
-    device: str = "auto",
-    attention_backend: str = "auto",
-    block_size: int = 16,
-    gpu_memory_utilization: float = 0.9,
-    cpu_kv_cache_bytes: int = 1 << 30,
-    num_gpu_blocks_override: int | None = None,
-    max_num_seqs: int = 256,
-    max_num_batched_tokens: int | None = None,
-    compilation_config: CompilationConfig | dict[str, Any] | str | None = None,
-    enforce_eager: bool = False,
-    tensor_parallel_size: int = 1,
-    enable_prefix_caching: bool = True,
-    enable_cascade_attention: bool | None = None,
-) -> VGraphConfig:
+def build_engine_config(args: EngineArgs) -> VGraphConfig:
     """Resolve every "auto" and build the frozen config. Raises ValueError on bad input."""
-    if model is None:
+    args.check_unsupported()
+    comp = args.compilation()  # before the model: a bad -cc fails without touching it
+    model_id = args.model
+    if model_id is None:
         from vgraph.models.default_model import ensure_default_model
 
-        model = ensure_default_model()
-    model = resolve_model_path(model)
+        model_id = ensure_default_model()
+    model = resolve_model_path(model_id, args.revision, args.download_dir)
     hf_config = load_hf_config(model)
-    if load_format not in LOAD_FORMATS:
-        raise ValueError(f"load_format={load_format!r} is not allowed; use one of {LOAD_FORMATS}")
-    dev = resolve_device(device)
+    if args.load_format not in LOAD_FORMATS:
+        raise ValueError(
+            f"load_format={args.load_format!r} is not allowed; use one of {LOAD_FORMATS}"
+        )
+    dev = resolve_device(args.device)
     model_max = derive_max_model_len(hf_config)
+    max_model_len = args.max_model_len
     if max_model_len is None:
         max_model_len = model_max
     elif not 1 <= max_model_len <= model_max:
@@ -73,34 +60,36 @@ def create_engine_config(
             f"max_model_len={max_model_len} is not allowed; use 1..{model_max} "
             f"(the model's max_position_embeddings)"
         )
-    if max_num_batched_tokens is None:
-        max_num_batched_tokens = 8192
-    if seed < 0:
-        raise ValueError(f"seed={seed} must be >= 0")
+    max_num_batched_tokens = args.max_num_batched_tokens or 8192
+    if args.seed < 0:
+        raise ValueError(f"seed={args.seed} must be >= 0")
+    names = args.served_names()
     model_config = ModelConfig(
         model=model,
         hf_config=hf_config,
-        dtype=resolve_dtype(dtype, hf_config, dev),
+        dtype=resolve_dtype(args.dtype, hf_config, dev),
         max_model_len=max_model_len,
-        load_format=load_format,
-        seed=seed,
-        tokenizer=tokenizer,
-        served_model_name=served_model_name,
+        load_format=args.load_format,
+        seed=args.seed,
+        tokenizer=args.tokenizer,
+        served_model_name=names[0] if names else None,
+        served_model_names=names,
+        max_logprobs=args.max_logprobs,
+        generation_config=args.generation_config,
     )
     scheduler_config = SchedulerConfig(
-        max_num_seqs=max_num_seqs,
+        max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
         max_model_len=max_model_len,
     )
-    parallel_config = ParallelConfig(tensor_parallel_size)
+    parallel_config = ParallelConfig(args.tensor_parallel_size)
     parallel_config.check_model(hf_config, dev)
-    backend = resolve_backend_name(attention_backend, dev, model_config.head_dim)
-    comp = CompilationConfig.parse(compilation_config)
-    if enforce_eager:
+    backend = resolve_backend_name(args.attention_backend, dev, model_config.head_dim)
+    if args.enforce_eager:
         comp = dataclasses.replace(comp, enforce_eager=True, cudagraph_mode=None)
     comp = comp.resolve(
         dev,
-        max_num_seqs,
+        args.max_num_seqs,
         max_num_batched_tokens,
         backend,
         get_backend_cls(backend).cudagraph_support,
@@ -108,13 +97,15 @@ def create_engine_config(
     return VGraphConfig(
         model_config=model_config,
         cache_config=CacheConfig(
-            block_size=block_size,
-            gpu_memory_utilization=gpu_memory_utilization,
-            cpu_kv_cache_bytes=cpu_kv_cache_bytes,
-            num_gpu_blocks_override=num_gpu_blocks_override,
-            enable_prefix_caching=enable_prefix_caching,
+            block_size=args.block_size,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            cpu_kv_cache_bytes=args.cpu_kv_cache_bytes,
+            num_gpu_blocks_override=args.num_gpu_blocks_override,
+            enable_prefix_caching=args.enable_prefix_caching,
             enable_cascade_attention=(
-                CASCADE_DEFAULT if enable_cascade_attention is None else enable_cascade_attention
+                CASCADE_DEFAULT
+                if args.enable_cascade_attention is None
+                else args.enable_cascade_attention
             ),
         ),
         scheduler_config=scheduler_config,
@@ -123,3 +114,14 @@ def create_engine_config(
         device=dev,
         attention_backend=backend,
     )
+
+
+def create_engine_config(model: str | None = None, **kwargs: Any) -> VGraphConfig:
+    """EngineArgs(model, **kwargs) -> VGraphConfig; a keyword that is no engine argument is a
+    ValueError naming it."""
+    unknown = sorted(set(kwargs) - ENGINE_ARG_NAMES)
+    if unknown:
+        raise ValueError(
+            f"unknown engine argument(s) {unknown}; allowed: {sorted(ENGINE_ARG_NAMES)}"
+        )
+    return build_engine_config(EngineArgs(model=model, **kwargs))

@@ -44,6 +44,14 @@ class IterationStats:
     itls: list[float] = field(default_factory=list)
     e2e_latencies: list[float] = field(default_factory=list)
     finish_reasons: list[str] = field(default_factory=list)  # one per finished request
+    # per finished request, as vLLM's histograms: seconds waiting, prefilling (first step to
+    # first token), decoding (first to last token), in the engine (first step to last token)
+    queue_times: list[float] = field(default_factory=list)
+    prefill_times: list[float] = field(default_factory=list)
+    decode_times: list[float] = field(default_factory=list)
+    inference_times: list[float] = field(default_factory=list)
+    prompt_lens: list[int] = field(default_factory=list)
+    generation_lens: list[int] = field(default_factory=list)
 
 
 class StatLogger(Protocol):
@@ -56,6 +64,8 @@ class RequestTimes:
     num_prompt_tokens: int
     first_token: float | None = None
     last_token: float = 0.0
+    scheduled: float | None = None  # the core's first step of any of its samples
+    num_generation_tokens: int = 0
 
 
 class AsyncLLM(FrontendBase):
@@ -72,6 +82,7 @@ class AsyncLLM(FrontendBase):
         self._dead = asyncio.Event()
         self.scheduler_stats: SchedulerStats | None = None
         self.stat_loggers: list[StatLogger] = []
+        self.log_requests = False  # --enable-log-requests: one INFO line per request
 
     @property
     def is_dead(self) -> bool:
@@ -106,6 +117,8 @@ class AsyncLLM(FrontendBase):
         if request_id in self.queues:
             raise ValueError(f"request_id={request_id!r} is already in use")
         self.start_output_handler()
+        if self.log_requests:
+            logger.info("request %s: %d prompt tokens, params %s", request_id, len(ids), params)
         queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
         self.queues[request_id] = queue
         finished = False
@@ -148,6 +161,8 @@ class AsyncLLM(FrontendBase):
                 iteration = IterationStats()
                 now = time.monotonic()
                 for out in outputs.outputs:
+                    if out.scheduled_time is not None:
+                        self._note_scheduled(out.request_id, out.scheduled_time)
                     try:
                         results, to_abort = self.output_processor.process_outputs([out])
                     except Exception as e:  # e.g. a detokenizer failure
@@ -181,11 +196,25 @@ class AsyncLLM(FrontendBase):
             elif now != times.last_token:  # n > 1: the other samples of this step don't count
                 it.itls.append(now - times.last_token)
             times.last_token = now
+            times.num_generation_tokens += num_new
             it.num_generation_tokens += num_new
         if ro.finished:
             it.e2e_latencies.append(now - times.arrival)
+            it.prompt_lens.append(times.num_prompt_tokens)
+            it.generation_lens.append(times.num_generation_tokens)
+            if times.scheduled is not None and times.first_token is not None:
+                it.queue_times.append(max(times.scheduled - times.arrival, 0.0))
+                it.prefill_times.append(max(times.first_token - times.scheduled, 0.0))
+                it.decode_times.append(times.last_token - times.first_token)
+                it.inference_times.append(max(times.last_token - times.scheduled, 0.0))
             last = ro.outputs[-1].finish_reason if ro.outputs else None
             it.finish_reasons.append(last or "abort")
+
+    def _note_scheduled(self, engine_request_id: str, scheduled: float) -> None:
+        parent = self.output_processor.child_to_parent.get(engine_request_id)
+        times = self.times.get(parent.request_id) if parent is not None else None
+        if times is not None and (times.scheduled is None or scheduled < times.scheduled):
+            times.scheduled = scheduled
 
     def _fail_request(self, engine_request_id: str, error: Exception) -> None:
         parent = self.output_processor.child_to_parent.get(engine_request_id)

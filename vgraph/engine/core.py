@@ -120,6 +120,10 @@ class EngineCore:
         sched = self.scheduler.schedule()
         if sched.is_empty():
             return EngineCoreOutputs(scheduler_stats=self.stats(), timestamp=time.monotonic())
+        now = time.monotonic()
+        for req in sched.requests:
+            if req.scheduled_time is None:  # for the queue-time metric, sent with its 1st token
+                req.scheduled_time = now
         runner_out, failed = self.execute_isolated(sched)
         self.num_steps += 1
         outputs = [
@@ -140,6 +144,9 @@ class EngineCore:
                     finish_reason=req.status.finish_reason,
                     stop_reason=req.stop_reason,
                     num_cached_tokens=max(req.num_cached_tokens, 0),
+                    scheduled_time=(
+                        req.scheduled_time if req.num_tokens - req.num_prompt_tokens == 1 else None
+                    ),
                 )
             )
         with_graph_stats = (

@@ -31,6 +31,9 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     stop_reason: int | str | None = None
     error: str | None = None  # set with finish_reason "error": this request only failed
     num_cached_tokens: int = 0  # prompt tokens its first admission found in the prefix cache
+    # with a request's first token: when it was first scheduled (time.monotonic(), the same
+    # clock as arrival_time on one host), for the queue and prefill time metrics
+    scheduled_time: float | None = None
 
     @property
     def finished(self) -> bool:

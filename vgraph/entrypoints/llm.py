@@ -22,25 +22,25 @@ Message = dict[str, Any]
 class LLM:
     """An engine for offline generation. `LLM()` loads the built-in default model.
 
-    Keyword arguments are those of create_engine_config (dtype, max_model_len, load_format,
-    attention_backend, block_size, max_num_seqs, max_num_batched_tokens, enable_prefix_caching,
-    enable_cascade_attention, ...). The engine core runs in its own process unless
-    multiprocess=False (or VGRAPH_ENABLE_MULTIPROCESSING=0).
-    generation_config: where generate() without sampling_params takes its defaults ("auto": the
-    model's generation_config.json, "vllm": SamplingParams(), or a folder), as vLLM.
+    Keyword arguments are the fields of EngineArgs (vgraph/engine/engine_args.py: dtype,
+    max_model_len, load_format, attention_backend, compilation_config, optimization_level,
+    enable_prefix_caching, enable_cascade_attention, ...),
+    the same arguments `vgraph serve` takes as flags; an unknown one is a ValueError. The engine
+    core runs in its own process unless multiprocess=False (or VGRAPH_ENABLE_MULTIPROCESSING=0).
+    generation_config (an EngineArgs field): where generate() without sampling_params takes its
+    defaults ("auto": the model's generation_config.json, "vllm": SamplingParams(), or a
+    folder), as vLLM.
     """
 
     def __init__(
         self,
         model: str | None = None,
         multiprocess: bool | None = None,
-        generation_config: str = "auto",
         **kwargs: Any,
     ) -> None:
         self.config = create_engine_config(model, **kwargs)
-        self.default_sampling = load_sampling_defaults(
-            self.config.model_config.model, generation_config
-        )
+        mc = self.config.model_config
+        self.default_sampling = load_sampling_defaults(mc.model, mc.generation_config)
         self.engine = LLMEngine(self.config, multiprocess=multiprocess)
         self._ids = itertools.count()
 
@@ -122,13 +122,24 @@ class LLM:
         return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
 
     def _run(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
+        """Step until every request finished; the bar shows input and output tokens per second
+        of the finished requests, as vLLM's."""
         done: dict[str, RequestOutput] = {}
         bar = tqdm(total=len(request_ids), desc="Processed prompts", disable=not use_tqdm)
+        num_in = num_out = 0
         try:
             while self.engine.has_unfinished_requests():
                 for out in self.engine.step():
                     if out.finished:
                         done[out.request_id] = out
+                        num_in += len(out.prompt_token_ids or ())
+                        num_out += sum(len(c.token_ids) for c in out.outputs)
+                        elapsed = bar.format_dict["elapsed"] or 1e-9
+                        bar.set_postfix_str(
+                            f"est. speed input: {num_in / elapsed:.2f} toks/s, "
+                            f"output: {num_out / elapsed:.2f} toks/s",
+                            refresh=False,
+                        )
                         bar.update(1)
         except BaseException:
             self.engine.abort_request(list(self.engine.output_processor.parents))

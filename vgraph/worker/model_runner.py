@@ -14,11 +14,13 @@ steps 2-3 from it (execute_broadcast_step) and never sample.
 from __future__ import annotations
 
 import gc
+import itertools
 import logging
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from tqdm import tqdm
@@ -450,7 +452,7 @@ class ModelRunner:
         warmups = self.compilation_config.cudagraph_num_of_warmups
         if not self.graph_backend.warmup_before_capture:
             warmups = 0
-        for mode, key in tqdm(keys, desc="Capturing graphs", unit="graph"):
+        for mode, key in _capture_bars(keys):
             step = self.buffers.prepare_dummy(key.num_tokens, self.dispatcher.num_reqs_padded(key))
             full = mode is CUDAGraphMode.FULL
             common = self.build_common_metadata(step, for_capture=full, full_graph=full)
@@ -470,3 +472,11 @@ class ModelRunner:
             c.capture_seconds,
             c.graph_memory_bytes / 2**30,
         )
+
+
+def _capture_bars(keys: list[tuple[CUDAGraphMode, BatchDescriptor]]) -> Iterator[Any]:
+    """The keys in order, one progress bar per phase, named as vLLM's: (decode, FULL),
+    (mixed prefill-decode, FULL) or (mixed prefill-decode, PIECEWISE)."""
+    for (mode, uniform), group in itertools.groupby(keys, lambda k: (k[0], k[1].uniform)):
+        phase = "decode" if uniform else "mixed prefill-decode"
+        yield from tqdm(list(group), desc=f"Capturing graphs ({phase}, {mode.name})", unit="graph")

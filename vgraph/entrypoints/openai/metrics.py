@@ -3,7 +3,9 @@
 A StatLogger for AsyncLLM: frontend-side counters and histograms are updated per batch of engine
 outputs; the engine core's SchedulerStats (running/waiting requests, KV cache usage and its
 GraphStats) are read at scrape time by a custom collector, so a scrape always shows the latest
-values. Each instance has its own registry (no global state). GraphStats fields: steps ->
+values. Per finished request, vLLM's histograms: queue, prefill, decode and inference time,
+prompt and generation tokens; per batch of outputs, tokens (iteration_tokens_total). Each
+instance has its own registry (no global state). GraphStats fields: steps ->
 vgraph:cudagraph_steps_total{mode}, eager_fallbacks -> vgraph:eager_fallback_steps_total{reason},
 padded_tokens -> vgraph:padded_tokens_total; num_graphs, capture_seconds and graph_memory_bytes
 -> gauges of those names.
@@ -101,8 +103,22 @@ E2E_BUCKETS = [
 ]
 
 
+ITERATION_TOKEN_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+
+
+def buckets_1_2_5(limit: int) -> list[int]:
+    """1, 2, 5, 10, 20, 50, ... up to limit (vLLM's token-count buckets)."""
+    out, scale = [], 1
+    while True:
+        for m in (1, 2, 5):
+            if m * scale > limit:
+                return out
+            out.append(m * scale)
+        scale *= 10
+
+
 class PrometheusStatLogger:
-    def __init__(self, model_name: str) -> None:
+    def __init__(self, model_name: str, max_model_len: int = 8192) -> None:
         self.model_name = model_name
         self.registry = CollectorRegistry()
         self.scheduler_stats: SchedulerStats | None = None
@@ -142,6 +158,44 @@ class PrometheusStatLogger:
             buckets=E2E_BUCKETS,
             registry=reg,
         )
+        # vLLM's per-request phase histograms (seconds) and token-count histograms
+        self.phases = {
+            name: Histogram(
+                f"vgraph:request_{name}_time_seconds",
+                doc,
+                labels,
+                buckets=E2E_BUCKETS,
+                registry=reg,
+            )
+            for name, doc in (
+                ("queue", "Arrival to the request's first engine step."),
+                ("prefill", "First engine step to first token."),
+                ("decode", "First token to last token."),
+                ("inference", "First engine step to last token."),
+            )
+        }
+        token_buckets = buckets_1_2_5(max_model_len)
+        self.request_prompt_tokens = Histogram(
+            "vgraph:request_prompt_tokens",
+            "Prompt tokens per finished request.",
+            labels,
+            buckets=token_buckets,
+            registry=reg,
+        )
+        self.request_generation_tokens = Histogram(
+            "vgraph:request_generation_tokens",
+            "Generated tokens per finished request.",
+            labels,
+            buckets=token_buckets,
+            registry=reg,
+        )
+        self.iteration_tokens = Histogram(
+            "vgraph:iteration_tokens_total",
+            "Prompt plus generated tokens per batch of engine outputs.",
+            labels,
+            buckets=ITERATION_TOKEN_BUCKETS,
+            registry=reg,
+        )
         reg.register(_SchedulerCollector(self))
 
     def record(self, scheduler_stats: SchedulerStats | None, iteration: IterationStats) -> None:
@@ -152,10 +206,19 @@ class PrometheusStatLogger:
         m = self.model_name
         self.prompt_tokens.labels(m).inc(iteration.num_prompt_tokens)
         self.generation_tokens.labels(m).inc(iteration.num_generation_tokens)
+        num_tokens = iteration.num_prompt_tokens + iteration.num_generation_tokens
+        if num_tokens:
+            self.iteration_tokens.labels(m).observe(num_tokens)
         for hist, values in (
             (self.ttft, iteration.ttfts),
             (self.itl, iteration.itls),
             (self.e2e, iteration.e2e_latencies),
+            (self.phases["queue"], iteration.queue_times),
+            (self.phases["prefill"], iteration.prefill_times),
+            (self.phases["decode"], iteration.decode_times),
+            (self.phases["inference"], iteration.inference_times),
+            (self.request_prompt_tokens, iteration.prompt_lens),
+            (self.request_generation_tokens, iteration.generation_lens),
         ):
             child = hist.labels(m)
             for v in values:

@@ -7,17 +7,17 @@
 - RequestIdMiddleware: an incoming X-Request-Id names the request (the response's `id` is
   "chatcmpl-<X-Request-Id>" or "cmpl-<...>"); with --enable-request-id-headers the response
   echoes it, or a fresh id that the handler also uses when the client sent none.
-- APIKeyMiddleware: 401 for every /v1 path without the key, before any routing.
+- APIKeyMiddleware: 401 for every /v1 path without one of the keys, before any routing.
 Plain ASGI callables rather than BaseHTTPMiddleware, which would break the disconnect watching
 of server.respond() and stream responses through an extra task.
 """
 
 from __future__ import annotations
 
-import argparse
 import hmac
 import re
 import uuid
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -26,23 +26,28 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from vgraph.entrypoints.openai.protocol import APIError, brief
 
+if TYPE_CHECKING:
+    from vgraph.entrypoints.cli_args import FrontendArgs
+
 REQUEST_ID_HEADER = b"x-request-id"
 MAX_REQUEST_ID = 128
 _REQUEST_ID = re.compile(r"[\x21-\x7e]+")  # visible ASCII: it goes into ids, logs and headers
 
 
 class APIKeyMiddleware:
-    """401 for every /v1 path without `Authorization: Bearer <key>`, before any routing."""
+    """401 for every /v1 path without `Authorization: Bearer <key>` (any of the keys), before
+    any routing."""
 
-    def __init__(self, app: ASGIApp, api_key: str) -> None:
+    def __init__(self, app: ASGIApp, api_keys: list[str]) -> None:
         self.app = app
-        self.expected = f"Bearer {api_key}".encode()
+        self.expected = [f"Bearer {key}".encode() for key in api_keys]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
         if scope["type"] == "http" and (path == "/v1" or path.startswith("/v1/")):
             got = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(got, self.expected):
+            # every key is compared (constant time each), so timing tells nothing of which
+            if not sum(hmac.compare_digest(got, key) for key in self.expected):
                 err = APIError(
                     "missing or incorrect API key; send `Authorization: Bearer <key>`",
                     401,
@@ -100,10 +105,10 @@ def _valid_request_id(value: str) -> bool:
     return len(value) <= MAX_REQUEST_ID and _REQUEST_ID.fullmatch(value) is not None
 
 
-def add_middleware(app: FastAPI, args: argparse.Namespace) -> None:
+def add_middleware(app: FastAPI, args: FrontendArgs) -> None:
     """The last added runs first: API key, then request ids, then CORS outermost."""
     if args.api_key:
-        app.add_middleware(APIKeyMiddleware, api_key=args.api_key)
+        app.add_middleware(APIKeyMiddleware, api_keys=args.api_key)
     if args.enable_request_id_headers:
         app.add_middleware(RequestIdMiddleware)
     app.add_middleware(

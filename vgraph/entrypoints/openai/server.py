@@ -14,12 +14,13 @@ returns only once the core process has exited.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastapi import APIRouter, FastAPI, Request
@@ -31,6 +32,7 @@ from starlette.requests import ClientDisconnect
 
 import vgraph
 from vgraph.engine.async_llm import AsyncLLM
+from vgraph.engine.stat_logging import LoggingStatLogger, log_stats_interval
 from vgraph.entrypoints.generation_config import load_sampling_defaults
 from vgraph.entrypoints.openai import protocol
 from vgraph.entrypoints.openai.drain import ClosingStreamingResponse, Drain, DrainingServer
@@ -55,17 +57,24 @@ from vgraph.entrypoints.openai.tool_parsers import make_tool_parser
 
 if TYPE_CHECKING:
     from vgraph.config import VGraphConfig
+    from vgraph.entrypoints.cli_args import FrontendArgs
 
 logger = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
 
 
-def build_app(engine: AsyncLLM, args: argparse.Namespace) -> FastAPI:
+def build_app(engine: AsyncLLM, args: FrontendArgs, log_stats: bool = True) -> FastAPI:
     model_name = engine.config.model_config.name
-    stats = PrometheusStatLogger(model_name)
+    stats = PrometheusStatLogger(model_name, engine.config.model_config.max_model_len)
     engine.stat_loggers.append(stats)
+    stats_line = LoggingStatLogger()
+    if log_stats:
+        engine.stat_loggers.append(stats_line)
+    engine.log_requests = args.enable_log_requests and not args.disable_log_requests
+    if args.chat_template is not None and engine.tokenizer is not None:
+        engine.tokenizer.chat_template = load_chat_template(args.chat_template)
     mc = engine.config.model_config
-    defaults = load_sampling_defaults(mc.model, args.generation_config)
+    defaults = load_sampling_defaults(mc.model, mc.generation_config)
     completion = OpenAIServingCompletion(engine, model_name, args.max_seqs_per_request, defaults)
     chat = OpenAIServingChat(
         engine,
@@ -83,20 +92,28 @@ def build_app(engine: AsyncLLM, args: argparse.Namespace) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine.start_output_handler()  # watches the core from the start, not from a first request
+        ticker = asyncio.create_task(_log_stats_every(stats_line)) if log_stats else None
         try:
             yield
         finally:
+            if ticker is not None:
+                ticker.cancel()
             logger.info("shutting down the engine core")
             engine.shutdown()
 
-    app = FastAPI(title="vgraph", version=vgraph.__version__, lifespan=lifespan)
+    app = FastAPI(
+        title="vgraph",
+        version=vgraph.__version__,
+        lifespan=lifespan,
+        root_path=args.root_path or "",
+    )
     app.state.drain = drain
     add_middleware(app, args)
     v1 = APIRouter(prefix="/v1")
 
-    def model_card() -> dict[str, Any]:
+    def model_card(name: str) -> dict[str, Any]:
         return {
-            "id": model_name,
+            "id": name,
             "object": "model",
             "created": int(time.time()),
             "owned_by": "vgraph",
@@ -107,18 +124,18 @@ def build_app(engine: AsyncLLM, args: argparse.Namespace) -> FastAPI:
 
     @v1.get("/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [model_card()]}
+        return {"object": "list", "data": [model_card(name) for name in mc.names]}
 
     @v1.get("/models/{model_id:path}")
     async def model(model_id: str) -> dict[str, Any]:
-        if model_id != model_name:
+        if model_id not in mc.names:
             raise APIError(
                 f"The model `{brief(model_id)}` does not exist; this server serves `{model_name}`",
                 404,
                 "model",
                 "model_not_found",
             )
-        return model_card()
+        return model_card(model_id)
 
     @v1.post("/completions")
     async def completions(request: Request) -> Response:
@@ -261,34 +278,103 @@ async def _wait_for_disconnect(request: Request) -> None:
         pass
 
 
-def run_server(args: argparse.Namespace, config: VGraphConfig) -> int:
-    """Start the engine core, then serve until SIGINT/SIGTERM; returns the exit code."""
+def load_chat_template(value: str) -> str:
+    """--chat-template: a file's contents, or the template itself (as vLLM)."""
+    path = Path(value).expanduser()
+    if path.is_file():
+        return path.read_text()
+    if any(c in value for c in "{%"):
+        return value
+    raise ValueError(f"chat_template={value!r} is neither a file nor a Jinja template")
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind and listen before the model loads, so a busy port fails in a second (vLLM does the
+    same); OSError names the address."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def log_resolved_config(config: VGraphConfig, engine: AsyncLLM) -> None:
+    cc, mc = config.compilation_config, config.model_config
+    sizes = list(cc.cudagraph_capture_sizes or ())
+    shown = str(sizes) if len(sizes) <= 8 else f"[{sizes[0]}, {sizes[1]}, ..., {sizes[-1]}]"
+    ready = getattr(engine.client, "ready", None)
+    logger.info(
+        "resolved config: model %s (%s), dtype %s, max_model_len %d, device %s, attention "
+        "backend %s, cudagraph_mode %s, %d capture sizes %s, piecewise compile %s (inductor "
+        "%s), KV cache %s blocks of %d tokens, max_num_seqs %d, max_num_batched_tokens %d",
+        mc.name,
+        mc.model,
+        str(mc.dtype).removeprefix("torch."),
+        mc.max_model_len,
+        config.device,
+        config.attention_backend,
+        cc.cudagraph_mode.name if cc.cudagraph_mode else "NONE",
+        len(sizes),
+        shown,
+        "on" if cc.cudagraph_mode and cc.cudagraph_mode.needs_piecewise() else "off",
+        "on" if cc.use_inductor else "off",
+        ready.num_kv_blocks if ready is not None else "?",
+        config.cache_config.block_size,
+        config.scheduler_config.max_num_seqs,
+        config.scheduler_config.max_num_batched_tokens,
+    )
+
+
+def run_server(
+    args: FrontendArgs, config: VGraphConfig, sock: socket.socket, log_stats: bool = True
+) -> int:
+    """Start the engine core, then serve on the already bound sock until SIGINT/SIGTERM;
+    returns the exit code."""
     import uvicorn
 
     engine = AsyncLLM(config)
     try:
-        app = build_app(engine, args)
+        log_resolved_config(config, engine)
+        app = build_app(engine, args, log_stats)
         server = DrainingServer(
             uvicorn.Config(
                 app,
                 host=args.host,
                 port=args.port,
                 log_level=args.uvicorn_log_level,
-                access_log=not args.disable_access_log,
+                access_log=not args.disable_uvicorn_access_log,
+                ssl_keyfile=args.ssl_keyfile,
+                ssl_certfile=args.ssl_certfile,
             ),
             app.state.drain,
         )
-        logger.info("serving %s on http://%s:%d", config.model_config.name, args.host, args.port)
-        asyncio.run(_serve(server, engine, args.engine_death_grace))
+        scheme = "https" if args.ssl_certfile else "http"
+        logger.info(
+            "serving %s on %s://%s:%d", config.model_config.name, scheme, args.host, args.port
+        )
+        asyncio.run(_serve(server, engine, args.engine_death_grace, sock))
         return 0 if server.started and not engine.is_dead else 1
     finally:
         engine.shutdown()
 
 
-async def _serve(server: Any, engine: AsyncLLM, grace_s: float) -> None:
+async def _log_stats_every(stats_line: LoggingStatLogger) -> None:
+    interval = log_stats_interval()
+    while True:
+        await asyncio.sleep(interval)  # a timer, not a wait for an event: the line is periodic
+        stats_line.log()
+
+
+async def _serve(server: Any, engine: AsyncLLM, grace_s: float, sock: socket.socket) -> None:
     watcher = asyncio.create_task(_stop_after_engine_death(server, engine, grace_s))
     try:
-        await server.serve()
+        await server.serve(sockets=[sock])
     finally:
         watcher.cancel()
 

@@ -89,7 +89,7 @@ class OpenAIServing:
         }
 
     def check_request(self, req: SamplingRequest) -> None:
-        if req.model is not None and req.model != self.model_name:
+        if req.model is not None and req.model not in self.engine.config.model_config.names:
             raise APIError(
                 f"The model `{brief(req.model)}` does not exist; "
                 f"this server serves `{self.model_name}`",

@@ -1,0 +1,146 @@
+"""`vgraph serve` with vLLM's flags, on a real server: several served names and API keys,
+request logging, the start-up log of the resolved config, the periodic stats line, vLLM's
+per-request histograms on /metrics, and the port bound before the model loads."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.serve_utils import REPO, ServerProcess, free_port, wait_until
+
+KEYS = ("key-one", "key-two")
+
+
+@pytest.fixture(scope="module")
+def srv(serve_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    s = ServerProcess(
+        serve_model_dir,
+        tmp_path_factory.mktemp("vllm-compat"),
+        "--served-model-name",
+        "tiny",
+        "tiny-alias",
+        "--api-key",
+        KEYS[0],
+        "--api-key",
+        KEYS[1],
+        "--enable-log-requests",
+        env={"VGRAPH_LOG_STATS_INTERVAL": "0.2"},
+    )
+    try:
+        s.wait_healthy()
+        yield s
+    finally:
+        s.stop()
+
+
+def complete(srv: ServerProcess, key: str, model: str, max_tokens: int = 8) -> httpx.Response:
+    return httpx.post(
+        f"{srv.url}/v1/completions",
+        json={
+            "model": model,
+            "prompt": "Hello there",
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+        },
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=60,
+    )
+
+
+def test_every_key_and_every_served_name_works(srv: ServerProcess) -> None:
+    for key, name in zip(KEYS, ("tiny", "tiny-alias")):
+        r = complete(srv, key, name)
+        assert r.status_code == 200, r.text
+        assert r.json()["model"] == "tiny"  # responses carry the first name, as vLLM
+    assert complete(srv, "wrong", "tiny").status_code == 401
+    assert complete(srv, KEYS[0], "other").status_code == 404
+    models = httpx.get(f"{srv.url}/v1/models", headers={"Authorization": f"Bearer {KEYS[1]}"})
+    assert [m["id"] for m in models.json()["data"]] == ["tiny", "tiny-alias"]
+
+
+def test_startup_log_and_request_log(srv: ServerProcess) -> None:
+    assert complete(srv, KEYS[0], "tiny").status_code == 200
+    log = srv.log()
+    assert "non-default args:" in log and "'served_model_name': ['tiny', 'tiny-alias']" in log
+    resolved = re.search(r"resolved config: .*", log)
+    assert resolved is not None, log
+    for words in ("cudagraph_mode NONE", "max_model_len 256", "KV cache 2048 blocks"):
+        assert words in resolved.group(0)
+    assert re.search(r"request cmpl-\w+-0: \d+ prompt tokens, params ", log), log
+    assert KEYS[0] not in log and KEYS[1] not in log  # keys are never logged
+
+
+def test_stats_line_while_busy(srv: ServerProcess) -> None:
+    assert complete(srv, KEYS[0], "tiny", max_tokens=32).status_code == 200
+
+    def busy_line() -> re.Match[str] | None:
+        return re.search(
+            r"Avg prompt throughput: [\d.]+ tokens/s, Avg generation throughput: ([\d.]+) "
+            r"tokens/s, Running: \d+ reqs, Waiting: \d+ reqs, KV cache usage: [\d.]+%, "
+            r"Prefix cache hit rate: [\d.]+%, Graph replay: [\d.]+% of \d+ steps",
+            srv.log(),
+        )
+
+    line = wait_until(busy_line, 30, "a stats line")
+    assert float(line.group(1)) > 0
+
+
+def test_vllm_histograms_after_real_requests(srv: ServerProcess) -> None:
+    for _ in range(2):
+        assert complete(srv, KEYS[0], "tiny", max_tokens=5).status_code == 200
+    text = httpx.get(f"{srv.url}/metrics").text
+
+    def value(series: str) -> float:
+        m = re.search(rf'^{re.escape(series)}\{{model_name="tiny"\}} (\S+)$', text, re.M)
+        assert m is not None, series
+        return float(m.group(1))
+
+    for phase in ("queue", "prefill", "decode", "inference"):
+        assert value(f"vgraph:request_{phase}_time_seconds_count") >= 2
+    assert value("vgraph:request_decode_time_seconds_sum") > 0
+    assert value("vgraph:request_generation_tokens_count") >= 2
+    # each request made exactly 5 tokens: all of them in the bucket le=5, none in le=2
+    gen = re.findall(
+        r'vgraph:request_generation_tokens_bucket\{le="(\S+)",model_name="tiny"\} (\S+)', text
+    )
+    by_le = {le: float(n) for le, n in gen}
+    assert by_le["5.0"] >= 2 and by_le["2.0"] < by_le["5.0"]
+    assert value("vgraph:request_prompt_tokens_sum") > 0
+    assert value("vgraph:iteration_tokens_total_count") > 0
+
+
+def test_busy_port_fails_before_the_model_loads(serve_model_dir: Path, tmp_path: Path) -> None:
+    port = free_port()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", port))
+        busy.listen(1)
+        t0 = time.monotonic()
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "vgraph.entrypoints.cli",
+                "serve",
+                str(serve_model_dir),
+                "--port",
+                str(port),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=120,
+        )
+        elapsed = time.monotonic() - t0
+    assert out.returncode == 1, out.stderr
+    assert f"cannot bind 127.0.0.1:{port}" in out.stderr and "nothing was loaded" in out.stderr
+    assert "engine core" not in out.stderr and "resolved config" not in out.stderr
+    assert elapsed < 30, elapsed  # interpreter start-up and imports only, no model

@@ -1,0 +1,265 @@
+"""`vgraph serve`'s arguments: FrontendArgs (the HTTP server) + EngineArgs, both dataclasses, and
+the argparse parser derived from their fields (one declaration per argument, vLLM's pattern).
+
+Also what a vLLM command line may hold beyond plain flags: a YAML `--config FILE` (its keys are
+flag names; flags given on the command line win), dotted compilation keys
+(`-cc.cudagraph_mode=FULL`, `--compilation-config.cudagraph_capture_sizes=[1,2,4]`) and several
+`-cc` values, merged in order. Imports no torch (the parser is built before anything loads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from vgraph.engine.engine_args import EngineArgs, arg
+
+UVICORN_LOG_LEVELS = ["critical", "error", "warning", "info", "debug", "trace"]
+
+
+def json_str_list(text: str) -> list[str]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; use a JSON list of strings")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not allowed; use an integer >= 1")
+    return value
+
+
+@dataclass
+class FrontendArgs:
+    """The HTTP server's arguments (vLLM's FrontendArgs)."""
+
+    host: str = arg("127.0.0.1", "address to bind")
+    port: int = arg(8000, "port to bind; bound before the model loads, so a busy port fails fast")
+    api_key: list[str] | None = arg(
+        None,
+        "require `Authorization: Bearer KEY` on /v1/*; several keys may be given (each one "
+        "works) (default: $VGRAPH_API_KEY; none: no auth)",
+        nargs="+",
+        action="extend",
+    )
+    root_path: str | None = arg(None, "ASGI root_path, for a server behind a path-based proxy")
+    ssl_keyfile: str | None = arg(None, "TLS private key file (serve https)")
+    ssl_certfile: str | None = arg(None, "TLS certificate file (serve https)")
+    chat_template: str | None = arg(
+        None, "chat template (a Jinja file or the template itself) instead of the tokenizer's"
+    )
+    tool_call_parser: str = arg(
+        "auto",
+        "how tool calls are read from the output for tool_choice auto: hermes (<tool_call> JSON, "
+        "Qwen), llama3_json, or auto (by architecture)",
+        choices=["auto", "hermes", "llama3_json"],
+    )
+    enable_auto_tool_choice: bool = arg(
+        False, "accepted for vLLM command lines; tool_choice auto is always served"
+    )
+    enable_request_id_headers: bool = arg(
+        False, "echo X-Request-Id (or a fresh id) on every response"
+    )
+    allowed_origins: list[str] = arg(
+        [],
+        "CORS origins as a JSON list, e.g. '[\"*\"]' (default: none, no cross-origin use)",
+        type=json_str_list,
+        metavar="JSON",
+    )
+    allowed_methods: list[str] = arg(
+        ["*"], "CORS methods as a JSON list", type=json_str_list, metavar="JSON"
+    )
+    allowed_headers: list[str] = arg(
+        ["*"], "CORS headers as a JSON list", type=json_str_list, metavar="JSON"
+    )
+    allow_credentials: bool = arg(False, "CORS: allow credentials (cookies)")
+    enable_log_requests: bool = arg(False, "log every request (id, prompt length, parameters)")
+    disable_log_requests: bool = arg(False, "deprecated in vLLM: requests are not logged anyway")
+    disable_uvicorn_access_log: bool = arg(
+        False, "no per-request access log lines", flags=["--disable-access-log"]
+    )
+    uvicorn_log_level: str = arg("info", "uvicorn's log level", choices=UVICORN_LOG_LEVELS)
+    max_request_body_bytes: int = arg(1 << 20, "larger request bodies get 413 (1 MiB)")
+    max_seqs_per_request: int = arg(
+        256, "most sequences one request may ask for, prompts x n; more get 400", type=positive_int
+    )
+    engine_death_grace: float = arg(
+        5.0,
+        "if the engine core dies, seconds the server keeps answering 503 (so health checks see "
+        "it) before it exits with status 1",
+    )
+    graceful_shutdown_timeout: float = arg(
+        10.0,
+        "on SIGINT/SIGTERM, seconds in-flight requests may take to finish; requests still open "
+        "then end with a 503 error",
+    )
+
+
+def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, title: str) -> None:
+    """One flag per field of cls: --field-name, its type, default and help from the field."""
+    group = parser.add_argument_group(title)
+    for f in dataclasses.fields(cls):
+        meta = dict(f.metadata)
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        flags = [f"--{f.name.replace('_', '-')}", *meta.get("flags", [])]
+        kw: dict[str, Any] = {"dest": f.name, "default": default}
+        shown = "" if default is None or default is False else " (default: %(default)s)"
+        kw["help"] = meta["help"].replace("%", "%%") + shown
+        base = _base_type(str(f.type))
+        if meta.get("positional"):
+            group.add_argument(
+                "model_tag", nargs="?", default=None, metavar=f.name, help=kw["help"]
+            )
+            kw["help"] += "; may also be given as the first argument"
+        if base is bool:
+            kw["action"] = argparse.BooleanOptionalAction if meta.get("negatable") else "store_true"
+        elif f.name == "compilation_config":
+            kw.update(action="append", default=None, type=str, metavar="JSON")
+        else:
+            kw["type"] = meta.get("type", base)
+            for key in ("nargs", "choices", "action", "metavar"):
+                if key in meta:
+                    kw[key] = meta[key]
+        group.add_argument(*flags, **kw)
+
+
+_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "list[str]": str}
+
+
+def _base_type(annotation: str) -> type:
+    """ "int | None" -> int; "list[str] | None" -> str; a union of several -> str (parsed later)."""
+    parts = [p.strip() for p in annotation.split("|") if p.strip() != "None"]
+    return _TYPES.get(parts[0], str) if len(parts) == 1 else str
+
+
+def add_serve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--config",
+        metavar="YAML",
+        default=None,
+        help="a YAML file of flag names and values (flags on the command line win)",
+    )
+    add_dataclass_args(p, FrontendArgs, "server")
+    add_dataclass_args(p, EngineArgs, "engine")
+
+
+def expand_argv(argv: list[str]) -> list[str]:
+    """--config FILE -> its flags (before the others, so the command line wins); dotted
+    compilation keys -> one -cc JSON object each."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--config" or a.startswith("--config="):
+            path = a.split("=", 1)[1] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else "")
+            i += 1 if "=" in a else 2
+            out = out[:1] + yaml_args(path) + out[1:]  # out[0] is the subcommand
+            continue
+        for prefix in ("-cc.", "--compilation-config."):
+            if a.startswith(prefix):
+                a = "-cc=" + json.dumps(_dotted(a[len(prefix) :], argv[i + 1 : i + 2]))
+                if "=" not in argv[i]:
+                    i += 1  # `-cc.key value`
+        out.append(a)
+        i += 1
+    return out
+
+
+def _dotted(key_value: str, following: list[str]) -> dict[str, Any]:
+    key, sep, value = key_value.partition("=")
+    if not sep:
+        if not following:
+            raise ValueError(f"compilation config: -cc.{key} needs a value (-cc.{key}=VALUE)")
+        value = following[0]
+    try:
+        parsed: Any = json.loads(value)
+    except json.JSONDecodeError:
+        parsed = value  # a bare word: FULL, inductor
+    for part in reversed(key.split(".")):
+        parsed = {part: parsed}
+    return parsed
+
+
+def yaml_args(path: str) -> list[str]:
+    import yaml
+
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ValueError(f"--config {path!r} cannot be read as YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"--config {path!r} must hold a mapping of flag names to values")
+    args: list[str] = []
+    for key, value in data.items():
+        flag = "--" + str(key).replace("_", "-")
+        if value is True:
+            args.append(flag)
+        elif value is False:
+            if key.replace("-", "_") in ("enable_prefix_caching", "enable_chunked_prefill"):
+                args.append("--no-" + flag[2:])
+        elif isinstance(value, list):
+            args += [flag, *map(str, value)]
+        elif isinstance(value, dict):
+            args += [flag, json.dumps(value)]
+        elif value is not None:
+            args += [flag, str(value)]
+    return args
+
+
+def _merge(into: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    for k, v in new.items():
+        into[k] = (
+            _merge(dict(into[k]), v) if isinstance(into.get(k), dict) and isinstance(v, dict) else v
+        )
+    return into
+
+
+def engine_args_from(args: argparse.Namespace) -> EngineArgs:
+    """The parsed namespace -> EngineArgs (positional or --model; -cc values merged)."""
+    kw = {f.name: getattr(args, f.name) for f in dataclasses.fields(EngineArgs)}
+    tag = getattr(args, "model_tag", None)
+    if tag is not None and kw["model"] is not None and tag != kw["model"]:
+        raise ValueError(f"model given twice: {tag!r} (positional) and --model {kw['model']!r}")
+    kw["model"] = kw["model"] or tag
+    if kw["compilation_config"] is not None:
+        merged: dict[str, Any] = {}
+        for text in kw["compilation_config"]:
+            from vgraph.config import CompilationConfig
+
+            value = CompilationConfig.parse_json(text)
+            if not isinstance(value, dict):
+                raise ValueError(
+                    f"compilation config must be a JSON object, got {type(value).__name__}"
+                )
+            merged = _merge(merged, value)
+        kw["compilation_config"] = merged
+    return EngineArgs(**kw)
+
+
+def frontend_args_from(args: argparse.Namespace) -> FrontendArgs:
+    kw = {f.name: getattr(args, f.name) for f in dataclasses.fields(FrontendArgs)}
+    if not kw["api_key"] and os.environ.get("VGRAPH_API_KEY"):
+        kw["api_key"] = [os.environ["VGRAPH_API_KEY"]]
+    return FrontendArgs(**kw)
+
+
+def non_default_args(*objs: Any) -> dict[str, Any]:
+    """The fields a user changed, for the start-up log."""
+    out = {}
+    for obj in objs:
+        for f in dataclasses.fields(obj):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            value = getattr(obj, f.name)
+            if value != default:
+                out[f.name] = value if f.name != "api_key" else "***"
+    return out
