@@ -1,7 +1,7 @@
 """Decode-step latency with the fused decode ops against the torch path of the same build, in one
-process: `vgraph bench latency` twice per model, the second time with LlamaModel's fused ops turned
+process: `vgraph bench step` twice per model, the second time with LlamaModel's fused ops turned
 off, so both columns come from the same machine state. Arguments after the model list go to
-`vgraph bench latency` (e.g. --modes FULL --batch-sizes 1 16); --out-dir gets one JSON per run.
+`vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16); --out-dir gets one JSON per run.
 
     VGRAPH_ENABLE_MULTIPROCESSING=0 python benchmarks/bench_decode_step_ab.py \
         --models SmolLM2-135M Llama-3.2-1B --out-dir /tmp/ab -- --modes FULL --batch-sizes 1 16
@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from vgraph.bench.latency import add_cli_args, main
+from vgraph.bench.step import add_cli_args, main
 from vgraph.models.llama import LlamaModel
 
 

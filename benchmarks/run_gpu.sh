@@ -10,7 +10,10 @@
 #   (the flashinfer backend's GPU tests, then the five-mode latency table of SmolLM2-135M for the
 #   csrc, flashinfer and torch backends; FlashInfer compiles its kernels on first use, about
 #   15 s + 90 s, into FLASHINFER_WORKSPACE_BASE; FI_BACKENDS picks the backends of the table) and
-#   the sampler benchmark (vgraph's top-k/top-p path against FlashInfer's kernel).
+#   the sampler benchmark (vgraph's top-k/top-p path against FlashInfer's kernel); offline
+#   (`vgraph bench latency` and `vgraph bench throughput`, vLLM's meanings, on SmolLM2-135M and
+#   Llama-3.2-1B with dummy weights: batch-8 latency of 32 in + 128 out tokens, and 1000 prompts
+#   of 128 in + 128 out tokens; JSON offline_latency_*.json / offline_throughput_*.json).
 #   Not in the default STEPS: prefix (issue 14): the cascade GPU tests (kernel vs the float32
 #           reference, greedy identity NONE vs FULL_AND_PIECEWISE with cascade steps), then
 #           benchmarks/bench_prefix_cache.py on Llama-3.2-1B: TTFT of a second request sharing a
@@ -38,7 +41,8 @@ step() { local name=$1; shift; local t0=$SECONDS
   echo "== $name: $*" >>"$out/run.log"; "$@" >"$out/step.tmp" 2>&1; local rc=$?
   cat "$out/step.tmp" >>"$out/run.log"; echo "== $name rc=$rc in $((SECONDS - t0)) s" | tee -a "$out/run.log"
   grep -v "it/s]\|graph/s]\|s/graph]" "$out/step.tmp" | tail -n 16; rm -f "$out/step.tmp"; }
-latency() { step "latency_$1" timeout "${BENCH_TIMEOUT:-300}" python3 -m vgraph.bench.latency \
+# `vgraph bench step`: one engine step per cudagraph mode and batch size (JSON latency_*.json)
+latency() { step "latency_$1" timeout "${BENCH_TIMEOUT:-300}" python3 -m vgraph.bench.step \
   --model "$1" --modes ${MODES:-NONE PIECEWISE FULL FULL_DECODE_ONLY FULL_AND_PIECEWISE} \
   --batch-sizes 1 8 32 128 --num-iters 50 --out "$out/latency_$1.json"; }
 sweep() { step "sweep_$1" timeout "${SWEEP_TIMEOUT:-300}" python3 -m vgraph.bench.sweep \
@@ -55,9 +59,21 @@ serve() { local port=8011 log="$out/serve_$1.log"
     --max-model-len 2048 >"$log" 2>&1 & local pid=$!
   for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 1; done
   step "serve_$1" timeout 180 python3 -m vgraph.entrypoints.cli bench serve \
-    --base-url "http://127.0.0.1:$port" --num-prompts 20 --input-len 128 --output-len 256 \
-    --max-concurrency 1 --result-file "$out/serve_$1.json"
+    --base-url "http://127.0.0.1:$port" --num-prompts 20 --dataset-name random \
+    --random-input-len 128 --random-output-len 256 --max-concurrency 1 \
+    --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,99 \
+    --result-dir "$out" --result-filename "serve_$1.json"
   kill -TERM $pid; wait $pid; }
+
+# vLLM's offline benchmarks under their vLLM names and meanings (default engine arguments: the
+# CUDA default mode FULL_AND_PIECEWISE)
+offline() {
+  step "offline_latency_$1" timeout "${BENCH_TIMEOUT:-300}" python3 -m vgraph.entrypoints.cli \
+    bench latency --model "$1" --load-format dummy --input-len 32 --output-len 128 \
+    --batch-size 8 --num-iters-warmup 3 --num-iters 10 --output-json "$out/offline_latency_$1.json"
+  step "offline_throughput_$1" timeout "${BENCH_TIMEOUT:-300}" python3 -m vgraph.entrypoints.cli \
+    bench throughput --model "$1" --load-format dummy --dataset-name random --input-len 128 \
+    --output-len 128 --num-prompts 1000 --output-json "$out/offline_throughput_$1.json"; }
 
 for s in ${STEPS:-ext tests smollm2 llama profile kernels}; do
   case $s in
@@ -79,7 +95,7 @@ for s in ${STEPS:-ext tests smollm2 llama profile kernels}; do
         tests/gpu/test_flashinfer_gpu.py tests/test_attention_selection.py
       step sampler_bench python3 benchmarks/bench_sampler.py --out "$out/sampler.json"
       for b in ${FI_BACKENDS-csrc flashinfer torch}; do
-        step "latency_SmolLM2-135M_$b" timeout "${BENCH_TIMEOUT:-300}" python3 -m vgraph.bench.latency \
+        step "latency_SmolLM2-135M_$b" timeout "${BENCH_TIMEOUT:-300}" python3 -m vgraph.bench.step \
           --model SmolLM2-135M --attention-backend $b --batch-sizes 1 8 32 128 --num-iters 50 \
           --no-kernel-profile --out "$out/latency_SmolLM2-135M_$b.json"
       done ;;
@@ -90,6 +106,7 @@ for s in ${STEPS:-ext tests smollm2 llama profile kernels}; do
           --modes ${TP_MODES:-NONE PIECEWISE FULL_DECODE_ONLY} --batch-sizes 1 16 64 \
           --out "$out/tp_$m.json"
       done ;;
+    offline) offline SmolLM2-135M; offline Llama-3.2-1B ;;
     kernels) step kernel_bench python3 benchmarks/bench_paged_attention.py --batches 1 8 32 128 \
       --contexts 512 2048 8192 --out "$out/paged_attention.json" ;;
     *) echo "unknown step $s" >&2; exit 2 ;;

@@ -179,3 +179,18 @@ def test_hub_id_neither_cached_nor_reachable(tmp_path: Path, monkeypatch) -> Non
     assert "org/not-cached" in msg and str(tmp_path) in msg and "HF_HUB_OFFLINE" in msg
     with pytest.raises(ValueError, match="is not a folder nor a Hugging Face Hub id"):
         create_engine_config("no/such/folder")
+
+
+def test_max_logprobs_caps_what_a_request_may_ask(tiny_checkpoint) -> None:
+    from vgraph import SamplingParams
+    from vgraph.entrypoints.llm import LLM
+
+    llm = LLM(str(tiny_checkpoint("llama")), multiprocess=False, max_logprobs=2, max_model_len=64)
+    try:
+        assert llm.config.model_config.max_logprobs == 2
+        with pytest.raises(ValueError, match=r"logprobs=3 is not allowed.*--max-logprobs"):
+            llm.generate([[1, 2, 3]], SamplingParams(max_tokens=2, logprobs=3), use_tqdm=False)
+        out = llm.generate([[1, 2, 3]], SamplingParams(max_tokens=2, logprobs=2), use_tqdm=False)
+        assert len(out[0].outputs[0].token_ids) == 2
+    finally:
+        llm.shutdown()

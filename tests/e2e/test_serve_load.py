@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 
 import httpx
+import numpy as np
 import openai
+import pytest
 
 from tests.e2e.serve_utils import REPO, ServerProcess, wait_until
 from tests.e2e.test_serve_openai import metric
@@ -112,16 +114,24 @@ def test_bench_serve(server: ServerProcess, tmp_path: Path) -> None:
             server.url,
             "--num-prompts",
             "12",
-            "--input-len",
+            "--dataset-name",
+            "random",
+            "--random-input-len",
             "16",
-            "--output-len",
+            "--random-output-len",
             "6",
             "--max-concurrency",
             "4",
             "--request-rate",
             "100",
-            "--result-file",
-            str(out),
+            "--percentile-metrics",
+            "ttft,tpot,itl,e2el",
+            "--metric-percentiles",
+            "50,99",
+            "--result-dir",
+            str(out.parent),
+            "--result-filename",
+            out.name,
         ],
         check=False,
         capture_output=True,
@@ -138,6 +148,7 @@ def test_bench_serve(server: ServerProcess, tmp_path: Path) -> None:
         "P99 TPOT (ms):",
         "Mean ITL (ms):",
         "P99 E2EL (ms):",
+        "P50 ITL (ms):",
     ):
         assert line in proc.stdout, proc.stdout
     report = json.loads(out.read_text())
@@ -145,3 +156,7 @@ def test_bench_serve(server: ServerProcess, tmp_path: Path) -> None:
     assert report["total_output_tokens"] == 12 * 6
     assert report["total_input_tokens"] == 12 * 16
     assert 0 < report["median_ttft_ms"] <= report["median_e2el_ms"]
+    # percentiles as numpy computes them (linear interpolation), over the per-request values
+    ttfts = [r["ttft"] * 1000 for r in report["requests"]]
+    for p in (50, 99):
+        assert report[f"p{p}_ttft_ms"] == pytest.approx(float(np.percentile(ttfts, p)))

@@ -1,6 +1,6 @@
 """What the in-process benchmarks share: hand-built decode steps over a really prefilled KV cache,
 timing of several engines in turns, the compile statistics of an engine, and the machine's
-description for the JSON. Used by `vgraph bench latency`, `vgraph bench sweep` and tools/; it
+description for the JSON. Used by `vgraph bench step`, `vgraph bench sweep` and tools/; it
 starts no engine itself.
 """
 

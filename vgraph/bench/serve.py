@@ -1,11 +1,14 @@
 """`vgraph bench serve`: drive a running server with random prompts; print vLLM's serving table.
 
-N prompts of --input-len random token ids each go to /v1/completions as streaming requests
-(max_tokens --output-len, ignore_eos by default, greedy), either at --request-rate requests per
+vLLM's flag names: N prompts of --random-input-len random token ids each (--dataset-name
+random) go to /v1/completions as streaming requests (max_tokens --random-output-len, ignore_eos
+by default, greedy), either at --request-rate requests per
 second (Poisson arrivals; inf = all at once) and/or capped at --max-concurrency in flight. Per
 request it times the first token (TTFT), the gaps between streamed tokens (ITL), the time per
 output token after the first (TPOT) and the whole request (E2E); token counts come from the
-stream's usage. Prints the table and writes the numbers as JSON (--result-file).
+stream's usage. Mean, median, std and the --metric-percentiles (numpy's percentile, linear
+interpolation, as vLLM) of each; prints the table and writes the numbers as JSON with
+--save-result or --result-filename (in --result-dir).
 """
 
 from __future__ import annotations
@@ -15,23 +18,40 @@ import asyncio
 import json
 import os
 import random
-import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 import httpx
+import numpy as np
 
 
 def add_cli_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--base-url", default="http://127.0.0.1:8000", help="server to drive")
+    p.add_argument("--base-url", default=None, help="server to drive (default: --host, --port)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
     p.add_argument("--endpoint", default="/v1/completions")
     p.add_argument("--model", default=None, help="model name (default: the server's first)")
     p.add_argument("--api-key", default=os.environ.get("VGRAPH_API_KEY"))
     p.add_argument("--num-prompts", type=int, default=100)
-    p.add_argument("--input-len", type=int, default=128, help="prompt length in tokens")
-    p.add_argument("--output-len", type=int, default=128, help="max_tokens of each request")
+    p.add_argument("--dataset-name", default="random", choices=["random"], help="prompts' source")
+    p.add_argument(
+        "--random-input-len",
+        "--input-len",
+        dest="input_len",
+        type=int,
+        default=1024,
+        help="prompt length in tokens (default: 1024, as vLLM)",
+    )
+    p.add_argument(
+        "--random-output-len",
+        "--output-len",
+        dest="output_len",
+        type=int,
+        default=128,
+        help="max_tokens of each request (default: 128)",
+    )
     p.add_argument(
         "--vocab-size",
         type=int,
@@ -52,7 +72,25 @@ def add_cli_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="generate exactly --output-len tokens (default: on)",
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--result-file", default="vgraph-bench-serve.json", help="JSON output path")
+    p.add_argument(
+        "--percentile-metrics",
+        default="ttft,tpot,itl",
+        help="comma-separated metrics to report percentiles of: ttft, tpot, itl, e2el",
+    )
+    p.add_argument(
+        "--metric-percentiles",
+        default="99",
+        help="comma-separated percentiles to report (numpy's, linear interpolation)",
+    )
+    p.add_argument("--save-result", action="store_true", help="write the results as JSON")
+    p.add_argument("--result-dir", default=".", help="folder of the JSON (default: .)")
+    p.add_argument(
+        "--result-filename",
+        "--result-file",
+        dest="result_file",
+        default=None,
+        help="JSON file name (implies --save-result; default: vgraph-bench-serve.json)",
+    )
     return p
 
 
@@ -102,10 +140,11 @@ async def send_request(
 
 async def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
+    base_url = args.base_url or f"http://{args.host}:{args.port}"
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     async with httpx.AsyncClient(
-        base_url=args.base_url, headers=headers, timeout=None, limits=limits
+        base_url=base_url, headers=headers, timeout=None, limits=limits
     ) as client:
         model = args.model
         if model is None:
@@ -134,11 +173,15 @@ async def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                 await asyncio.sleep(rng.expovariate(args.request_rate))
         results = await asyncio.gather(*tasks)
         duration = time.perf_counter() - start
-    return summarize(args, model, results, duration)
+    return summarize(args, model, results, duration, base_url)
 
 
 def summarize(
-    args: argparse.Namespace, model: str, results: list[RequestResult], duration: float
+    args: argparse.Namespace,
+    model: str,
+    results: list[RequestResult],
+    duration: float,
+    base_url: str = "",
 ) -> dict[str, Any]:
     ok = [r for r in results if r.success]
     total_in = sum(r.prompt_len for r in ok)
@@ -146,7 +189,7 @@ def summarize(
     report: dict[str, Any] = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "model": model,
-        "base_url": args.base_url,
+        "base_url": base_url,
         "num_prompts": args.num_prompts,
         "input_len": args.input_len,
         "output_len": args.output_len,
@@ -169,16 +212,29 @@ def summarize(
         "itl": [x for r in ok for x in r.itl],
         "e2el": [r.e2e for r in ok],
     }
+    percentiles = parse_percentiles(args.metric_percentiles)
     for name, values in series.items():
-        ms = sorted(v * 1000 for v in values) or [0.0]
-        report[f"mean_{name}_ms"] = statistics.fmean(ms)
-        report[f"median_{name}_ms"] = statistics.median(ms)
-        report[f"p99_{name}_ms"] = ms[min(len(ms) - 1, int(0.99 * len(ms)))]
+        ms = np.array([v * 1000 for v in values] or [0.0])
+        report[f"mean_{name}_ms"] = float(np.mean(ms))
+        report[f"median_{name}_ms"] = float(np.median(ms))
+        report[f"std_{name}_ms"] = float(np.std(ms))
+        for p in percentiles:
+            report[f"p{p:g}_{name}_ms"] = float(np.percentile(ms, p))
     report["requests"] = [asdict(r) | {"itl": None} for r in results]
     return report
 
 
-def print_table(r: dict[str, Any]) -> None:
+def parse_percentiles(text: str) -> list[float]:
+    try:
+        values = [float(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise SystemExit(f"--metric-percentiles={text!r}: give numbers such as 50,90,99") from None
+    if any(not 0 <= p <= 100 for p in values):
+        raise SystemExit(f"--metric-percentiles={text!r}: each must be in 0..100")
+    return values
+
+
+def print_table(r: dict[str, Any], metrics: list[str], percentiles: list[float]) -> None:
     print("{s:{c}^50}".format(s=" Serving Benchmark Result ", c="="))
     rows = [
         ("Successful requests:", r["completed"]),
@@ -198,18 +254,25 @@ def print_table(r: dict[str, Any]) -> None:
         ("itl", "Inter-token Latency"),
         ("e2el", "End-to-end Latency"),
     ):
+        if name not in metrics:
+            continue
         print("{s:{c}^50}".format(s=title, c="-"))
-        for stat in ("mean", "median", "p99"):
-            label = f"{stat.capitalize() if stat != 'p99' else 'P99'} {name.upper()} (ms):"
-            print(f"{label:<40}{r[f'{stat}_{name}_ms']:<10.2f}")
+        stats = [("mean", "Mean"), ("median", "Median")] + [
+            (f"p{p:g}", f"P{p:g}") for p in percentiles
+        ]
+        for key, label in stats:
+            label = f"{label} {name.upper()} (ms):"
+            print(f"{label:<40}{r[f'{key}_{name}_ms']:<10.2f}")
     print("=" * 50)
 
 
 def main(args: argparse.Namespace) -> int:
     report = asyncio.run(run_benchmark(args))
-    print_table(report)
-    if args.result_file:
-        with open(args.result_file, "w") as f:
+    metrics = [m.strip() for m in args.percentile_metrics.split(",") if m.strip()]
+    print_table(report, metrics, parse_percentiles(args.metric_percentiles))
+    if args.save_result or args.result_file:
+        path = os.path.join(args.result_dir, args.result_file or "vgraph-bench-serve.json")
+        with open(path, "w") as f:
             json.dump(report, f, indent=2)
-        print(f"results written to {args.result_file}")
+        print(f"results written to {path}")
     return 0 if report["failed"] == 0 else 1

@@ -2,7 +2,7 @@
 
 Every candidate (a cudagraph mode and its capture lists, plus the eager NONE baseline) is an
 in-process engine core, and all stay alive, so the candidates are timed in turns (as in
-`vgraph bench latency`): host noise falls on all alike. Per candidate:
+`vgraph bench step`): host noise falls on all alike. Per candidate:
   1. start-up: seconds (compile and capture apart), graphs, graph memory and the KV blocks it
      would have bought (graph bytes / bytes per KV block);
   2. the padding sawtooth: one decode step of B requests over a really prefilled KV cache for

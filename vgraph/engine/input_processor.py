@@ -94,6 +94,12 @@ class InputProcessor:
                 f"sampling params of type {type(params).__name__} are not SamplingParams"
             )
         params.check_vocab(self.model_config.vocab_size)
+        cap = self.model_config.max_logprobs
+        if params.logprobs is not None and params.logprobs > cap:
+            raise ValueError(
+                f"SamplingParams.logprobs={params.logprobs} is not allowed; this engine returns "
+                f"at most {cap} (--max-logprobs)"
+            )
         now = time.monotonic()
         children = [params] if params.n == 1 else [params.child(i) for i in range(params.n)]
         return [

@@ -36,6 +36,8 @@ logger = logging.getLogger("vgraph.serve")
 BENCH_SUBCOMMANDS: dict[str, str] = {
     "serve": "vgraph.bench.serve",
     "latency": "vgraph.bench.latency",
+    "throughput": "vgraph.bench.throughput",
+    "step": "vgraph.bench.step",
     "sweep": "vgraph.bench.sweep",
 }
 

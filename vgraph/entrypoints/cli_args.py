@@ -104,8 +104,11 @@ class FrontendArgs:
     )
 
 
-def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, title: str) -> None:
-    """One flag per field of cls: --field-name, its type, default and help from the field."""
+def add_dataclass_args(
+    parser: argparse.ArgumentParser, cls: type, title: str, positional: bool = True
+) -> None:
+    """One flag per field of cls: --field-name, its type, default and help from the field.
+    positional=False: no positional model argument (the benchmarks take --model only)."""
     group = parser.add_argument_group(title)
     for f in dataclasses.fields(cls):
         meta = dict(f.metadata)
@@ -115,7 +118,7 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, title: str) -
         shown = "" if default is None or default is False else " (default: %(default)s)"
         kw["help"] = meta["help"].replace("%", "%%") + shown
         base = _base_type(str(f.type))
-        if meta.get("positional"):
+        if meta.get("positional") and positional:
             group.add_argument(
                 "model_tag", nargs="?", default=None, metavar=f.name, help=kw["help"]
             )

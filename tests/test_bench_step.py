@@ -1,4 +1,4 @@
-"""`vgraph bench latency` on the CPU: one row per mode, JSON written, graphs really replayed."""
+"""`vgraph bench step` on the CPU: one row per mode, JSON written, graphs really replayed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from vgraph.bench.latency import add_cli_args, main
+from vgraph.bench.step import add_cli_args, main
 
 
 def test_latency_bench_writes_json_and_uses_graphs(tiny_checkpoint, tmp_path, capsys, monkeypatch):
