@@ -98,7 +98,7 @@ def serve(args: argparse.Namespace) -> int:
         engine_args.compilation()  # a bad -cc fails before the port or the model is touched
         changed = non_default_args(frontend, engine_args)
         logger.info("vgraph %s; non-default args: %s", vgraph.__version__, changed)
-        from vgraph.entrypoints.openai.server import bind_socket
+        from vgraph.entrypoints.openai.startup import bind_socket
 
         try:
             sock = bind_socket(frontend.host, frontend.port)

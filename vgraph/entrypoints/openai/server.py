@@ -2,8 +2,10 @@
 
 Routes: GET /v1/models, GET /v1/models/{id}, POST /v1/completions, POST /v1/chat/completions,
 POST /tokenize, POST /detokenize, GET /health and GET|POST /ping (503 once the engine is dead),
-GET /version, GET /metrics. With an API key, every /v1 path, known or not, answers 401 without
-it, so the routes are not revealed; CORS and X-Request-Id are middleware.py's.
+GET /version, GET /metrics. With API keys (--api-key, any of them works), every /v1 path, known
+or not, answers 401 without one, so the routes are not revealed; CORS and X-Request-Id are
+middleware.py's. run_server serves on the socket cli.py bound before the model loaded
+(startup.py); the lifespan runs the periodic stats line (engine/stat_logging.py).
 Every error is an OpenAI error body. POST bodies are read by request_body.py (415 unless JSON,
 413 past the size limit, 400 for bad bytes, JSON or surrogates) and parsed here (400 naming the
 field; unknown fields are ignored with one log line naming them). A client that disconnects
@@ -20,7 +22,6 @@ import socket
 import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastapi import APIRouter, FastAPI, Request
@@ -53,6 +54,7 @@ from vgraph.entrypoints.openai.serving_tokenization import (
     OpenAIServingTokenization,
     TokenizeRequest,
 )
+from vgraph.entrypoints.openai.startup import load_chat_template, log_resolved_config
 from vgraph.entrypoints.openai.tool_parsers import make_tool_parser
 
 if TYPE_CHECKING:
@@ -276,59 +278,6 @@ async def respond(
 async def _wait_for_disconnect(request: Request) -> None:
     while (await request.receive())["type"] != "http.disconnect":
         pass
-
-
-def load_chat_template(value: str) -> str:
-    """--chat-template: a file's contents, or the template itself (as vLLM)."""
-    path = Path(value).expanduser()
-    if path.is_file():
-        return path.read_text()
-    if any(c in value for c in "{%"):
-        return value
-    raise ValueError(f"chat_template={value!r} is neither a file nor a Jinja template")
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """Bind and listen before the model loads, so a busy port fails in a second (vLLM does the
-    same); OSError names the address."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-        sock.listen(2048)
-    except OSError:
-        sock.close()
-        raise
-    sock.set_inheritable(True)
-    return sock
-
-
-def log_resolved_config(config: VGraphConfig, engine: AsyncLLM) -> None:
-    cc, mc = config.compilation_config, config.model_config
-    sizes = list(cc.cudagraph_capture_sizes or ())
-    shown = str(sizes) if len(sizes) <= 8 else f"[{sizes[0]}, {sizes[1]}, ..., {sizes[-1]}]"
-    ready = getattr(engine.client, "ready", None)
-    logger.info(
-        "resolved config: model %s (%s), dtype %s, max_model_len %d, device %s, attention "
-        "backend %s, cudagraph_mode %s, %d capture sizes %s, piecewise compile %s (inductor "
-        "%s), KV cache %s blocks of %d tokens, max_num_seqs %d, max_num_batched_tokens %d",
-        mc.name,
-        mc.model,
-        str(mc.dtype).removeprefix("torch."),
-        mc.max_model_len,
-        config.device,
-        config.attention_backend,
-        cc.cudagraph_mode.name if cc.cudagraph_mode else "NONE",
-        len(sizes),
-        shown,
-        "on" if cc.cudagraph_mode and cc.cudagraph_mode.needs_piecewise() else "off",
-        "on" if cc.use_inductor else "off",
-        ready.num_kv_blocks if ready is not None else "?",
-        config.cache_config.block_size,
-        config.scheduler_config.max_num_seqs,
-        config.scheduler_config.max_num_batched_tokens,
-    )
 
 
 def run_server(

@@ -1,0 +1,70 @@
+"""What `vgraph serve` does before it serves: bind the port (before the model loads, so a busy
+port fails fast), read --chat-template, and log the resolved configuration once the engine core
+is up. Nothing here handles a request.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from vgraph.config import VGraphConfig
+    from vgraph.engine.async_llm import AsyncLLM
+
+logger = logging.getLogger("vgraph.entrypoints.openai.server")
+
+
+def load_chat_template(value: str) -> str:
+    """--chat-template: a file's contents, or the template itself (as vLLM)."""
+    path = Path(value).expanduser()
+    if path.is_file():
+        return path.read_text()
+    if any(c in value for c in "{%"):
+        return value
+    raise ValueError(f"chat_template={value!r} is neither a file nor a Jinja template")
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind and listen before the model loads, so a busy port fails in a second (vLLM does the
+    same); OSError names the address."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def log_resolved_config(config: VGraphConfig, engine: AsyncLLM) -> None:
+    cc, mc = config.compilation_config, config.model_config
+    sizes = list(cc.cudagraph_capture_sizes or ())
+    shown = str(sizes) if len(sizes) <= 8 else f"[{sizes[0]}, {sizes[1]}, ..., {sizes[-1]}]"
+    ready = getattr(engine.client, "ready", None)
+    logger.info(
+        "resolved config: model %s (%s), dtype %s, max_model_len %d, device %s, attention "
+        "backend %s, cudagraph_mode %s, %d capture sizes %s, piecewise compile %s (inductor "
+        "%s), KV cache %s blocks of %d tokens, max_num_seqs %d, max_num_batched_tokens %d",
+        mc.name,
+        mc.model,
+        str(mc.dtype).removeprefix("torch."),
+        mc.max_model_len,
+        config.device,
+        config.attention_backend,
+        cc.cudagraph_mode.name if cc.cudagraph_mode else "NONE",
+        len(sizes),
+        shown,
+        "on" if cc.cudagraph_mode and cc.cudagraph_mode.needs_piecewise() else "off",
+        "on" if cc.use_inductor else "off",
+        ready.num_kv_blocks if ready is not None else "?",
+        config.cache_config.block_size,
+        config.scheduler_config.max_num_seqs,
+        config.scheduler_config.max_num_batched_tokens,
+    )
