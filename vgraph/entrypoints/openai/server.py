@@ -46,7 +46,11 @@ from vgraph.entrypoints.openai.protocol import (
     brief,
     ignored_fields,
 )
-from vgraph.entrypoints.openai.request_body import RequestTooLarge, read_json
+from vgraph.entrypoints.openai.request_body import (
+    LingeringCloseResponse,
+    RequestTooLarge,
+    read_json,
+)
 from vgraph.entrypoints.openai.serving_chat import OpenAIServingChat
 from vgraph.entrypoints.openai.serving_completion import OpenAIServingCompletion
 from vgraph.entrypoints.openai.serving_tokenization import (
@@ -180,9 +184,9 @@ def build_app(engine: AsyncLLM, args: FrontendArgs, log_stats: bool = True) -> F
 
     @app.exception_handler(APIError)
     async def on_api_error(request: Request, e: APIError) -> JSONResponse:
-        close = isinstance(e, RequestTooLarge) and e.close  # the rest of the body is not read
-        headers = {"Connection": "close"} if close else None
-        return JSONResponse(e.body(), status_code=e.status, headers=headers)
+        if isinstance(e, RequestTooLarge) and e.close:  # the rest of the body is not read
+            return LingeringCloseResponse(e.body(), e.limit)
+        return JSONResponse(e.body(), status_code=e.status)
 
     @app.exception_handler(ClientDisconnect)
     async def on_disconnect(request: Request, e: ClientDisconnect) -> Response:
