@@ -8,7 +8,7 @@ at tp=1 and tp=N, for each model (dummy weights, the same numbers at every tp si
   2. latency: for tp in (1, N), for each mode, an in-process EngineCore (rank 0 in this process,
      ranks 1.. in its workers; one engine at a time: a process holds one tensor-parallel group);
      decode steps of B requests over a prefilled KV cache (vgraph.bench.common.StepBuilder),
-     timed as `vgraph bench latency` times them (inputs, forward or replay, sampling, the copy
+     timed as `vgraph bench step` times them (inputs, forward or replay, sampling, the copy
      to the host; on rank 0, which waits for the other ranks in every all-reduce); median ms.
 Prints a table per model and writes JSON (--out). On the CPU it runs too (gloo), slowly: tests
 and CI use a tiny model. GPU run (two GPUs):
