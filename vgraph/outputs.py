@@ -57,3 +57,6 @@ class RequestOutput:
     error: str | None = None
     metrics: RequestMetrics | None = None
     num_cached_tokens: int | None = None  # prompt tokens served from the prefix cache
+    # per prompt token (None for the first, which nothing predicts): token id -> Logprob;
+    # None unless SamplingParams.prompt_logprobs was set (complete once a token was generated)
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None

@@ -66,6 +66,7 @@ class Request:
         self.num_computed_tokens = 0
         self.num_cached_tokens = -1  # prompt tokens found in the prefix cache (-1: not admitted)
         self.num_preemptions = 0
+        self.num_prompt_logprobs = 0  # prompt positions whose logprobs were reported
         self.stop_reason: int | str | None = None
         self.error: str | None = None  # why it ended with FINISHED_ERROR
 

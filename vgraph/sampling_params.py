@@ -5,12 +5,18 @@ runs __post_init__ on decode too, so the engine core re-checks what it receives.
 raises SamplingParamsError, a ValueError that carries the field's name (`.field`), so callers
 such as the HTTP server name the field without reading the message. What depends on the model
 (token ids against the vocabulary) is checked by `check_vocab`, which the frontend and the
-engine core both call.
+engine core both call. What needs the tokenizer or the grammar library (bad_words -> token ids,
+a structured-output grammar that compiles) is done by the frontend's InputProcessor.
+
+Neutral values (penalties 0 / 1, no bias, no allowed list, no bad words, no structured output)
+leave the logits untouched: the sampler skips every processor no row of a batch asks for.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from typing import Any
 
 import msgspec
 
@@ -20,6 +26,13 @@ MAX_STOP_STRINGS = 16  # stop strings per request
 MAX_STOP_STRING_CHARS = 1024  # characters per stop string (streams hold back this many - 1)
 MAX_STOP_TOKEN_IDS = 1024  # stop_token_ids per request
 MAX_INT64 = 2**63 - 1  # integers cross the socket as msgpack int64
+MAX_PENALTY = 2.0  # presence / frequency penalties lie in [-2, 2], as OpenAI's
+MAX_LOGIT_BIAS = 100.0  # a bias lies in [-100, 100], as OpenAI's
+MAX_LOGIT_BIAS_ENTRIES = 1024  # token ids one logit_bias may name
+MAX_BAD_WORDS = 128  # bad words per request
+MAX_BAD_WORD_CHARS = 256  # characters per bad word
+MAX_GRAMMAR_CHARS = 64 * 1024  # characters of a JSON schema, regex or grammar
+MAX_CHOICES = 256  # entries of a structured-output choice list
 _MAX_REPR = 80  # characters of a rejected value quoted in an error
 
 
@@ -33,6 +46,59 @@ class SamplingParamsError(ValueError):
         super().__init__(f"SamplingParams.{field}={shown} is not allowed; use {allowed}")
         self.field = field
         self.value = value
+
+
+class StructuredOutputsParams(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Constrain the output to a JSON schema, a regex, one of some strings, an EBNF grammar or
+    any JSON object (vLLM's names). Exactly one is set. A schema given as a dict is kept as its
+    JSON text, so the struct crosses the socket as plain strings."""
+
+    json: str | dict[str, Any] | None = None
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.json, dict):
+            self.json = json.dumps(self.json)
+        kinds = self.kinds()
+        _check(
+            len(kinds) == 1,
+            "structured_outputs",
+            kinds,
+            "exactly one of json, regex, choice, grammar, json_object",
+        )
+        for name in ("json", "regex", "grammar"):
+            value = getattr(self, name)
+            _check(
+                value is None or (isinstance(value, str) and 0 < len(value) <= MAX_GRAMMAR_CHARS),
+                f"structured_outputs.{name}",
+                value,
+                f"a non-empty string of at most {MAX_GRAMMAR_CHARS} characters",
+            )
+        if self.choice is not None:
+            _check(
+                isinstance(self.choice, list)
+                and 0 < len(self.choice) <= MAX_CHOICES
+                and all(
+                    isinstance(c, str) and 0 < len(c) <= MAX_GRAMMAR_CHARS for c in self.choice
+                ),
+                "structured_outputs.choice",
+                self.choice,
+                f"a list of 1 to {MAX_CHOICES} non-empty strings",
+            )
+        _check(
+            self.json_object in (None, True),
+            "structured_outputs.json_object",
+            self.json_object,
+            "true (or leave it out)",
+        )
+
+    def kinds(self) -> list[str]:
+        """The names of the constraints that are set."""
+        names = ("json", "regex", "choice", "grammar", "json_object")
+        return [n for n in names if getattr(self, n) not in (None, False)]
 
 
 class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -50,17 +116,29 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
     include_stop_str_in_output: bool = False
     logprobs: int | None = None  # top-n logprobs per generated token, beside the sampled one
     skip_special_tokens: bool = True
+    presence_penalty: float = 0.0  # minus this once for every token already in the output
+    frequency_penalty: float = 0.0  # minus this times each token's count in the output
+    repetition_penalty: float = 1.0  # divides (>0) / multiplies (<0) logits of seen tokens
+    logit_bias: dict[int, float] | None = None  # token id -> added to its logit
+    allowed_token_ids: list[int] | None = None  # only these may be sampled
+    bad_words: list[str] | None = None  # never generated (as their token sequences)
+    prompt_logprobs: int | None = None  # top-n logprobs per prompt token
+    structured_outputs: StructuredOutputsParams | None = None
+    # set by the frontend from bad_words (each word with and without a leading space)
+    bad_words_token_ids: list[list[int]] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         # types first, so a wrong type is an error that names the field, not a TypeError
-        for name in ("temperature", "top_p", "min_p"):
+        names = ("temperature", "top_p", "min_p")
+        for name in names + ("presence_penalty", "frequency_penalty", "repetition_penalty"):
             value = getattr(self, name)
             _check(_is_finite_number(value), name, value, "a number (finite)")
-        for name in ("n", "top_k", "max_tokens", "min_tokens", "logprobs", "seed"):
+        ints = ("n", "top_k", "max_tokens", "min_tokens", "logprobs", "prompt_logprobs", "seed")
+        for name in ints:
             value = getattr(self, name)
-            optional = name in ("max_tokens", "logprobs", "seed")
+            optional = name in ("max_tokens", "logprobs", "prompt_logprobs", "seed")
             _check(_is_int(value) or (optional and value is None), name, value, "an integer")
             _check(value is None or value <= MAX_INT64, name, value, "an integer < 2**63")
         _check(self.n >= 1, "n", self.n, "an integer >= 1")
@@ -89,6 +167,13 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
             f"an integer in [0, {MAX_LOGPROBS}]",
         )
         _check(
+            self.prompt_logprobs is None or 0 <= self.prompt_logprobs <= MAX_LOGPROBS,
+            "prompt_logprobs",
+            self.prompt_logprobs,
+            f"an integer in [0, {MAX_LOGPROBS}]",
+        )
+        self._check_logits_processors()
+        _check(
             self.seed is None or 0 <= self.seed < 2**63,
             "seed",
             self.seed,
@@ -116,20 +201,103 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
                 f"a list of at most {MAX_STOP_TOKEN_IDS} token ids >= 0",
             )
 
+    def _check_logits_processors(self) -> None:
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            _check(-MAX_PENALTY <= value <= MAX_PENALTY, name, value, "a number in [-2, 2]")
+        _check(
+            0.0 < self.repetition_penalty <= 1e6,
+            "repetition_penalty",
+            self.repetition_penalty,
+            "a number > 0 (1 is off)",
+        )
+        if self.logit_bias is not None:
+            _check(
+                isinstance(self.logit_bias, dict)
+                and len(self.logit_bias) <= MAX_LOGIT_BIAS_ENTRIES
+                and all(
+                    _is_int(t)
+                    and 0 <= t <= MAX_INT64
+                    and _is_finite_number(b)
+                    and -MAX_LOGIT_BIAS <= b <= MAX_LOGIT_BIAS
+                    for t, b in self.logit_bias.items()
+                ),
+                "logit_bias",
+                self.logit_bias,
+                f"a map of at most {MAX_LOGIT_BIAS_ENTRIES} token ids >= 0 to numbers in "
+                "[-100, 100]",
+            )
+        for name in ("allowed_token_ids",):
+            value = getattr(self, name)
+            _check(
+                value is None
+                or (
+                    isinstance(value, list)
+                    and len(value) > 0
+                    and all(_is_int(t) and 0 <= t <= MAX_INT64 for t in value)
+                ),
+                name,
+                value,
+                "a non-empty list of token ids >= 0",
+            )
+        if self.bad_words is not None:
+            _check(
+                isinstance(self.bad_words, list)
+                and len(self.bad_words) <= MAX_BAD_WORDS
+                and all(
+                    isinstance(w, str) and 0 < len(w) <= MAX_BAD_WORD_CHARS for w in self.bad_words
+                ),
+                "bad_words",
+                self.bad_words,
+                f"a list of at most {MAX_BAD_WORDS} non-empty strings of at most "
+                f"{MAX_BAD_WORD_CHARS} characters",
+            )
+        if self.bad_words_token_ids is not None:
+            _check(
+                isinstance(self.bad_words_token_ids, list)
+                and len(self.bad_words_token_ids) <= 2 * MAX_BAD_WORDS
+                and all(
+                    isinstance(w, list)
+                    and 0 < len(w) <= MAX_BAD_WORD_CHARS
+                    and all(_is_int(t) and 0 <= t <= MAX_INT64 for t in w)
+                    for w in self.bad_words_token_ids
+                ),
+                "bad_words_token_ids",
+                self.bad_words_token_ids,
+                "a list of non-empty token id lists",
+            )
+
+    @property
+    def needs_penalties(self) -> bool:
+        return (
+            self.presence_penalty != 0.0
+            or self.frequency_penalty != 0.0
+            or self.repetition_penalty != 1.0
+        )
+
     def check_vocab(self, vocab_size: int) -> None:
         """Every token id (and top-n count) these params carry must fit a vocabulary this size;
         out of it, a tensor index in the sampler would fail for the whole batch."""
-        bad = next((t for t in self.stop_token_ids or () if t >= vocab_size), None)
-        if bad is not None:
-            raise SamplingParamsError(
-                "stop_token_ids", bad, f"token ids in 0..{vocab_size - 1} (the vocabulary)"
+        named = {
+            "stop_token_ids": self.stop_token_ids or (),
+            "logit_bias": self.logit_bias or {},
+            "allowed_token_ids": self.allowed_token_ids or (),
+            "bad_words_token_ids": [t for w in self.bad_words_token_ids or () for t in w],
+        }
+        for name, ids in named.items():
+            bad = next((t for t in ids if t >= vocab_size), None)
+            if bad is not None:
+                raise SamplingParamsError(
+                    name, bad, f"token ids in 0..{vocab_size - 1} (the vocabulary)"
+                )
+        for name in ("logprobs", "prompt_logprobs"):
+            value = getattr(self, name)
+            _check(
+                value is None or value <= vocab_size,
+                name,
+                value,
+                f"at most the vocabulary size {vocab_size}",
             )
-        _check(
-            self.logprobs is None or self.logprobs <= vocab_size,
-            "logprobs",
-            self.logprobs,
-            f"at most the vocabulary size {vocab_size}",
-        )
 
     def child(self, index: int) -> SamplingParams:
         """The params of the index-th of n parallel samples: n=1 and a distinct seed, which stays

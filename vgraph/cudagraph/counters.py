@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 RUNTIME_MODE_NAMES = ("NONE", "PIECEWISE", "FULL")
 # EagerReason values (a test ties them)
-EAGER_REASONS = ("above_max_size", "cascade", "unsupported")
+EAGER_REASONS = ("above_max_size", "cascade", "unsupported", "prompt_logprobs")
 # /metrics histogram edges for decode batch sizes: every size to 32, then the default capture
 # list's steps (8 to 256, 16 to 512), so each default capture size is an edge
 BATCH_SIZE_BUCKETS = tuple(range(1, 33)) + tuple(range(40, 257, 8)) + tuple(range(272, 513, 16))

@@ -32,6 +32,7 @@ class EagerReason(enum.Enum):
     ABOVE_MAX_SIZE = "above_max_size"
     CASCADE = "cascade"  # a cascade attention step would have run FULL: PIECEWISE or NONE
     UNSUPPORTED = "unsupported"  # the mode (or backend) has no graph for this kind of step
+    PROMPT_LOGPROBS = "prompt_logprobs"  # a FULL graph returns last-token logits only
 
 
 class CudagraphDispatcher:

@@ -10,6 +10,8 @@ No single request's data may take the engine down:
   2. a step that raises anyway is retried one request at a time: a request that fails alone is
      finished with finish_reason "error" and the others go on. Only when every request of a batch
      of two or more fails alone is the fault the engine's; then the step raises (engine death).
+A request with structured outputs waits outside the scheduler until its grammar is compiled (on a
+worker thread, structured_output/manager.py); the step's token bitmask goes to the runner.
 
 With tensor_parallel_size > 1 the core is rank 0: it starts the worker ranks (TPWorkers) before
 it joins the group and builds its runner, whose steps it broadcasts to them; a worker that dies
@@ -23,6 +25,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from vgraph.config import VGraphConfig
 from vgraph.core.kv_cache_manager import KVCacheManager
 from vgraph.core.scheduler import Scheduler, SchedulerOutput
@@ -33,6 +37,7 @@ from vgraph.engine.protocol import (
     SchedulerStats,
 )
 from vgraph.request import Request, RequestStatus
+from vgraph.structured_output.manager import StructuredOutputManager
 from vgraph.worker.model_runner import ModelRunner, ModelRunnerOutput
 
 if TYPE_CHECKING:
@@ -40,6 +45,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 GRAPH_STATS_EVERY = 64  # steps between two GraphStats sent along with the outputs
+GRAMMAR_WAIT_S = 0.01  # an idle step waits this long for a grammar compile before returning
 
 
 class EngineCore:
@@ -70,22 +76,29 @@ class EngineCore:
             self.stop_workers()
             raise
         self.num_steps = 0
+        self.structured: StructuredOutputManager | None = None  # made on first use
+        self.waiting_for_grammar: list[Request] = []
         logger.info("engine core ready in %.1f s", time.perf_counter() - t0)
 
     # ---- requests in ------------------------------------------------------------------------
     def add_request(self, request: EngineCoreRequest) -> None:
         """Admit a request; raises ValueError (and admits nothing) if it can't be served."""
         self.validate(request)
-        self.scheduler.add_request(
-            Request(
-                request.request_id,
-                list(request.prompt_token_ids),
-                request.sampling_params,
-                frozenset(request.eos_token_ids),
-                request.arrival_time,
-                request.group_id,
-            )
+        req = Request(
+            request.request_id,
+            list(request.prompt_token_ids),
+            request.sampling_params,
+            frozenset(request.eos_token_ids),
+            request.arrival_time,
+            request.group_id,
         )
+        if request.sampling_params.structured_outputs is None:
+            self.scheduler.add_request(req)
+            return
+        if self.structured is None:
+            self.structured = StructuredOutputManager(self.config.model_config)
+        self.structured.submit(req)
+        self.waiting_for_grammar.append(req)
 
     def validate(self, request: EngineCoreRequest) -> None:
         """The core's own guard: the frontend checks first, but the core never trusts a socket."""
@@ -109,32 +122,77 @@ class EngineCore:
 
     def abort_requests(self, request_ids: list[str]) -> None:
         self.scheduler.abort_requests(request_ids)
+        if self.structured is not None:
+            ids = set(request_ids)
+            self.waiting_for_grammar = [
+                r for r in self.waiting_for_grammar if r.request_id not in ids
+            ]
+            for rid in ids:
+                self.structured.forget(rid)
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished_requests()
+        return self.scheduler.has_unfinished_requests() or bool(self.waiting_for_grammar)
+
+    def admit_compiled(self) -> list[EngineCoreOutput]:
+        """Move requests whose grammar is ready into the scheduler; errors for those that failed.
+        With nothing else to run, wait a little for a compile rather than spin."""
+        if not self.waiting_for_grammar or self.structured is None:
+            return []
+        if not self.scheduler.has_unfinished_requests():
+            self.structured.wait_any(GRAMMAR_WAIT_S)
+        still, errors = [], []
+        for req in self.waiting_for_grammar:
+            ready = self.structured.poll(req)
+            if ready is True:
+                self.scheduler.add_request(req)
+            elif ready is False:
+                still.append(req)
+            else:
+                errors.append(
+                    EngineCoreOutput(req.request_id, [], finish_reason="error", error=ready)
+                )
+        self.waiting_for_grammar = still
+        return errors
 
     # ---- one step ---------------------------------------------------------------------------
     def step(self) -> EngineCoreOutputs:
         if self.workers is not None:
             self.workers.check_alive()
+        outputs = self.admit_compiled()
         sched = self.scheduler.schedule()
         if sched.is_empty():
-            return EngineCoreOutputs(scheduler_stats=self.stats(), timestamp=time.monotonic())
+            return EngineCoreOutputs(
+                outputs=outputs, scheduler_stats=self.stats(), timestamp=time.monotonic()
+            )
         now = time.monotonic()
         for req in sched.requests:
             if req.scheduled_time is None:  # for the queue-time metric, sent with its 1st token
                 req.scheduled_time = now
-        runner_out, failed = self.execute_isolated(sched)
+        runner_out, failed = self.execute_isolated(sched, self.grammar_bitmask(sched))
         self.num_steps += 1
-        outputs = [
+        outputs += [
             EngineCoreOutput(req.request_id, [], finish_reason="error", error=req.error)
             for req in failed
         ]
         updates = self.scheduler.update_from_output(sched, runner_out.sampled_token_ids)
         logprobs_of = {req.request_id: lp for req, lp in zip(sched.requests, runner_out.logprobs)}
+        prompt_lps_of = {
+            sched.requests[row].request_id: lps for row, lps in runner_out.prompt_logprobs.items()
+        }
         for req, got_token in updates:
+            prompt_lps = prompt_lps_of.get(req.request_id)
+            if prompt_lps:
+                req.num_prompt_logprobs += len(prompt_lps)
             if not got_token:
+                if prompt_lps:  # a prompt chunk scored, no token yet
+                    outputs.append(
+                        EngineCoreOutput(req.request_id, [], new_prompt_logprobs=prompt_lps)
+                    )
                 continue
+            if self.structured is not None:
+                self.structured.accept(req, req.all_token_ids[-1])
+                if req.status.finished:
+                    self.structured.forget(req.request_id)
             lp = logprobs_of[req.request_id]
             outputs.append(
                 EngineCoreOutput(
@@ -147,6 +205,7 @@ class EngineCore:
                     scheduled_time=(
                         req.scheduled_time if req.num_tokens - req.num_prompt_tokens == 1 else None
                     ),
+                    new_prompt_logprobs=prompt_lps,
                 )
             )
         with_graph_stats = (
@@ -158,23 +217,41 @@ class EngineCore:
             timestamp=time.monotonic(),
         )
 
-    def execute_isolated(self, sched: SchedulerOutput) -> tuple[ModelRunnerOutput, list[Request]]:
+    def grammar_bitmask(self, sched: SchedulerOutput) -> torch.Tensor | None:
+        """[R, ceil(V / 32)] int32 host bitmask of the step, None without structured outputs."""
+        if self.structured is None or not self.structured.matchers:
+            return None
+        samples = [
+            r.num_computed_tokens + n >= r.num_tokens
+            for r, n in zip(sched.requests, sched.num_scheduled_tokens)
+        ]
+        return self.structured.grammar_bitmask(sched.requests, samples)
+
+    def execute_isolated(
+        self, sched: SchedulerOutput, grammar_bitmask: torch.Tensor | None = None
+    ) -> tuple[ModelRunnerOutput, list[Request]]:
         """Run the step; if it raises, run each request alone and finish those that fail alone
         with an error (their results are placeholders, skipped by the scheduler)."""
         try:
-            return self.runner.execute_model(sched), []
+            return self.runner.execute_model(sched, grammar_bitmask), []
         except Exception as batch_error:
             logger.exception("a step of %d request(s) failed; isolating", len(sched.requests))
             if len(sched.requests) == 1:
                 results: list[ModelRunnerOutput | Exception] = [batch_error]
             else:
-                results = [self._execute_alone(sched, i) for i in range(len(sched.requests))]
+                results = [
+                    self._execute_alone(
+                        sched, i, None if grammar_bitmask is None else grammar_bitmask[i : i + 1]
+                    )
+                    for i in range(len(sched.requests))
+                ]
             failed = [r for r, res in zip(sched.requests, results) if isinstance(res, Exception)]
             if len(results) > 1 and len(failed) == len(results):
                 raise  # nothing runs: the engine is broken, not one request
         token_ids: list[int] = []
         logprobs: list[Any] = []
-        for req, res in zip(sched.requests, results):
+        prompt_logprobs = {}
+        for i, (req, res) in enumerate(zip(sched.requests, results)):
             if isinstance(res, Exception):
                 req.error = f"the request failed in the engine: {type(res).__name__}: {res}"
                 token_ids.append(-1)  # a placeholder: the scheduler skips finished requests
@@ -182,15 +259,23 @@ class EngineCore:
             else:
                 token_ids.extend(res.sampled_token_ids)
                 logprobs.extend(res.logprobs)
-        self.scheduler.finish_requests([r.request_id for r in failed], RequestStatus.FINISHED_ERROR)
-        return ModelRunnerOutput(token_ids, logprobs), failed
+                if 0 in res.prompt_logprobs:
+                    prompt_logprobs[i] = res.prompt_logprobs[0]
+        failed_ids = [r.request_id for r in failed]
+        self.scheduler.finish_requests(failed_ids, RequestStatus.FINISHED_ERROR)
+        if self.structured is not None:
+            for rid in failed_ids:
+                self.structured.forget(rid)
+        return ModelRunnerOutput(token_ids, logprobs, prompt_logprobs), failed
 
-    def _execute_alone(self, sched: SchedulerOutput, i: int) -> ModelRunnerOutput | Exception:
+    def _execute_alone(
+        self, sched: SchedulerOutput, i: int, grammar_bitmask: torch.Tensor | None
+    ) -> ModelRunnerOutput | Exception:
         alone = SchedulerOutput(
             [sched.requests[i]], [sched.num_scheduled_tokens[i]], [sched.block_ids[i]]
         )
         try:
-            return self.runner.execute_model(alone)
+            return self.runner.execute_model(alone, grammar_bitmask)
         except Exception as e:  # noqa: BLE001 - this request's own failure, reported by the caller
             return e
 
@@ -211,6 +296,8 @@ class EngineCore:
         """Release the device memory the core holds (graphs, KV cache, weights) now, not when
         the last reference goes: an in-process engine may share its process with the next.
         Then the worker ranks stop and this process leaves the tensor-parallel group."""
+        if self.structured is not None:
+            self.structured.shutdown()
         self.runner.release()
         self.stop_workers()
 

@@ -1,13 +1,17 @@
 """Frontend input processing: validate and tokenize a prompt into EngineCoreRequests.
 
 Everything a user can get wrong is caught here, before anything is queued, as a ValueError that
-names the field, the value and what is allowed. n > 1 fans out into n child requests.
+names the field, the value and what is allowed. n > 1 fans out into n child requests. What
+SamplingParams cannot check alone is checked here: bad_words become token sequences (with the
+tokenizer), a structured-output grammar must parse (so a bad schema never reaches the core).
 """
 
 from __future__ import annotations
 
 import time
 from typing import Any
+
+import msgspec
 
 from vgraph.config import ModelConfig
 from vgraph.engine.protocol import EngineCoreRequest
@@ -93,13 +97,22 @@ class InputProcessor:
             raise ValueError(
                 f"sampling params of type {type(params).__name__} are not SamplingParams"
             )
+        if params.bad_words:
+            ids = self.bad_words_token_ids(params.bad_words)
+            params = msgspec.structs.replace(params, bad_words_token_ids=ids)
         params.check_vocab(self.model_config.vocab_size)
         cap = self.model_config.max_logprobs
-        if params.logprobs is not None and params.logprobs > cap:
-            raise ValueError(
-                f"SamplingParams.logprobs={params.logprobs} is not allowed; this engine returns "
-                f"at most {cap} (--max-logprobs)"
-            )
+        for name in ("logprobs", "prompt_logprobs"):
+            value = getattr(params, name)
+            if value is not None and value > cap:
+                raise ValueError(
+                    f"SamplingParams.{name}={value} is not allowed; this engine returns "
+                    f"at most {cap} (--max-logprobs)"
+                )
+        if params.structured_outputs is not None:
+            from vgraph.structured_output.grammar import check_grammar
+
+            check_grammar(params.structured_outputs)
         now = time.monotonic()
         children = [params] if params.n == 1 else [params.child(i) for i in range(params.n)]
         return [
@@ -113,6 +126,19 @@ class InputProcessor:
             )
             for i, p in enumerate(children)
         ]
+
+    def bad_words_token_ids(self, words: list[str]) -> list[list[int]]:
+        """Each bad word as token ids, alone and after a space (as vLLM): a word in running text
+        is usually tokenized with its leading space."""
+        if self.tokenizer is None:
+            raise ValueError("bad_words need a tokenizer; this model has none")
+        out: list[list[int]] = []
+        for word in words:
+            for text in (word.lstrip(), " " + word.lstrip()):
+                ids = self.tokenizer.encode(text, add_special_tokens=False)
+                if ids and ids not in out:
+                    out.append(ids)
+        return out
 
 
 def child_request_id(parent_id: str, index: int, n: int) -> str:

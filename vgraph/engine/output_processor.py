@@ -55,6 +55,8 @@ class ParentState:
     children: list[ChildState]
     metrics: RequestMetrics
     error: str | None = None
+    # prompt logprobs as the first child's chunks report them (the n children score alike)
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None
 
     @property
     def finished(self) -> bool:
@@ -88,6 +90,8 @@ class OutputProcessor:
             children.append(child)
         metrics = RequestMetrics(arrival_time=time.time())
         parent = ParentState(request_id, prompt, prompt_token_ids, kind, children, metrics)
+        if params and params[0].prompt_logprobs is not None:
+            parent.prompt_logprobs = [None]
         self.parents[request_id] = parent
         for c in children:
             self.child_to_parent[c.request_id] = parent
@@ -113,6 +117,8 @@ class OutputProcessor:
             child = parent.children[[c.request_id for c in parent.children].index(out.request_id)]
             if child.finish_reason is not None:  # stopped here by a stop string; the core ran on
                 continue
+            if out.new_prompt_logprobs and child.index == 0 and parent.prompt_logprobs is not None:
+                parent.prompt_logprobs.extend(map(self._logprob_dict, out.new_prompt_logprobs))
             if self._update_child(child, out):
                 to_abort.append(child.request_id)
             if out.new_token_ids:
@@ -206,6 +212,7 @@ class OutputProcessor:
             error=parent.error,
             metrics=dataclasses.replace(parent.metrics),  # a snapshot: later outputs move on
             num_cached_tokens=parent.children[0].num_cached_tokens,
+            prompt_logprobs=parent.prompt_logprobs,
         )
 
     def _completion(self, c: ChildState, delta: bool) -> CompletionOutput | None:

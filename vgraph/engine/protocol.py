@@ -34,6 +34,8 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     # with a request's first token: when it was first scheduled (time.monotonic(), the same
     # clock as arrival_time on one host), for the queue and prefill time metrics
     scheduled_time: float | None = None
+    # prompt tokens scored this step (prompt_logprobs), in prompt order from the second token
+    new_prompt_logprobs: list[TokenLogprobs] | None = None
 
     @property
     def finished(self) -> bool:

@@ -1,8 +1,12 @@
-"""Sampler: greedy, temperature, top-k, top-p, min-p and per-request seeds, all on the device.
+"""Sampler: logits processors, then greedy, temperature, top-k, top-p, min-p and per-request
+seeds, all on the device.
 
 No host sync: the per-request parameters arrive as tensors built by the runner, and the result
 (token ids, their logprobs and the top-n) stays on the device until the runner's one copy.
 Logprobs are those of the model's raw distribution (before temperature and truncation), as vLLM's.
+Processors (sample/logits_processors.py) run first, in vLLM's order: bans (min_tokens, bad words),
+the structured-output bitmask, allowed_token_ids, logit_bias, penalties; each only when some row
+of the batch asks for it.
 """
 
 from __future__ import annotations
@@ -10,6 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from vgraph.sample.logits_processors import (
+    AllowedInputs,
+    PenaltyInputs,
+    apply_allowed,
+    apply_bans,
+    apply_logit_bias,
+    apply_penalties,
+    apply_token_bitmask,
+)
 
 
 @dataclass
@@ -25,8 +39,13 @@ class SamplingMetadata:
     need_top_p: bool
     need_min_p: bool
     max_num_logprobs: int | None  # top-n to return; None when no request asked for logprobs
-    # (rows, token ids) banned this step: stop tokens of requests still short of min_tokens
+    # (rows, token ids) banned this step: stop tokens of requests still short of min_tokens,
+    # the last token of each bad word whose prefix the output ends with
     banned: tuple[torch.Tensor, torch.Tensor] | None = None  # ([K] int64, [K] int64)
+    grammar_bitmask: torch.Tensor | None = None  # [R, ceil(V / 32)] int32
+    allowed: AllowedInputs | None = None
+    logit_bias: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # rows, ids, bias
+    penalties: PenaltyInputs | None = None
 
 
 @dataclass
@@ -41,8 +60,7 @@ class Sampler:
     def __call__(self, logits: torch.Tensor, md: SamplingMetadata) -> SamplerOutput:
         """logits: [R, vocab] float32. Logprobs are of these raw logits; bans apply to sampling."""
         raw = logits
-        if md.banned is not None:
-            logits = logits.index_put(md.banned, torch.tensor(float("-inf"), device=logits.device))
+        logits = self.process(logits, md)
         greedy = logits.argmax(dim=-1)
         if md.all_greedy:
             token_ids = greedy
@@ -61,6 +79,21 @@ class Sampler:
             torch.cat([tok_lp, top_lp], dim=1),
             ranks,
         )
+
+    @staticmethod
+    def process(logits: torch.Tensor, md: SamplingMetadata) -> torch.Tensor:
+        """The logits processors some row asks for; [R, V] -> [R, V]."""
+        if md.banned is not None:
+            logits = apply_bans(logits, md.banned)
+        if md.grammar_bitmask is not None:
+            logits = apply_token_bitmask(logits, md.grammar_bitmask)
+        if md.allowed is not None:
+            logits = apply_allowed(logits, md.allowed)
+        if md.logit_bias is not None:
+            logits = apply_logit_bias(logits, md.logit_bias)
+        if md.penalties is not None:
+            logits = apply_penalties(logits, md.penalties)
+        return logits
 
     def _sample(self, logits: torch.Tensor, md: SamplingMetadata) -> torch.Tensor:
         # greedy rows get temperature 1 here; their sample is discarded by the caller

@@ -4,11 +4,14 @@ of the parts: each stage is one method, called in this order by execute_model():
      mode (FULL / PIECEWISE / NONE; never FULL for cascade), graph key, padded counts
   2. prepare_inputs: SchedulerOutput -> persistent buffers (padded) -> CommonAttentionMetadata
   3. execute_forward: the model (or its graph replay) under a ForwardContext
-  4. sample: logits of each request's last token -> Sampler, on the device
+  4. sample: logits of each request's last token -> logits processors and Sampler, on the
+     device, outside every graph (penalties, bias, bans, the structured-output bitmask)
   5. to_host: one device-to-host copy of the sampled ids (and logprobs) -> ModelRunnerOutput
 With tensor parallelism every rank has a runner over its shards. Rank 0's (in the engine core)
 broadcasts each step's inputs and dispatch decision (a TPStep) after step 2; the workers run
 steps 2-3 from it (execute_broadcast_step) and never sample.
+A step that scores prompt tokens (prompt_logprobs) needs every token's hidden state: it runs the
+model without the head (never a FULL graph) and the head on those rows too (prompt_logprobs.py).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import logging
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -38,7 +41,7 @@ from vgraph.config.modes import CUDAGraphMode
 from vgraph.core.scheduler import SchedulerOutput
 from vgraph.cudagraph.backends import make_graph_backend
 from vgraph.cudagraph.counters import GraphStats
-from vgraph.cudagraph.dispatcher import BatchDescriptor, CudagraphDispatcher
+from vgraph.cudagraph.dispatcher import BatchDescriptor, CudagraphDispatcher, EagerReason
 from vgraph.cudagraph.wrapper import CUDAGraphWrapper
 from vgraph.distributed.messages import TPStep
 from vgraph.distributed.parallel_state import check_same_on_all_ranks, min_over_ranks
@@ -51,6 +54,11 @@ from vgraph.sample.sampler import Sampler, SamplerOutput
 from vgraph.utils import cdiv
 from vgraph.worker.input_batch import InputBuffers, StepInputs
 from vgraph.worker.memory import DeviceMemory, kv_cache_budget
+from vgraph.worker.prompt_logprobs import (
+    PromptSpan,
+    compute_prompt_logprobs,
+    prompt_logprob_spans,
+)
 from vgraph.worker.sampling_inputs import build_sampling_metadata
 
 logger = logging.getLogger(__name__)
@@ -84,6 +92,8 @@ class ForwardWithLogits:
 class ModelRunnerOutput:
     sampled_token_ids: list[int]  # one per scheduled request, in batch order
     logprobs: list[TokenLogprobs | None]
+    # batch row -> the prompt tokens this step scored (requests with prompt_logprobs only)
+    prompt_logprobs: dict[int, list[TokenLogprobs]] = field(default_factory=dict)
 
 
 class ModelRunner:
@@ -258,17 +268,29 @@ class ModelRunner:
 
     # ---- one step ---------------------------------------------------------------------------
     @torch.inference_mode()
-    def execute_model(self, sched: SchedulerOutput) -> ModelRunnerOutput:
+    def execute_model(
+        self,
+        sched: SchedulerOutput,
+        grammar_bitmask: torch.Tensor | None = None,  # [R, ceil(V / 32)] int32, host
+    ) -> ModelRunnerOutput:
         for rid in sched.finished_req_ids:
             self.generators.pop(rid, None)
         num_prefix_blocks = self.cascade_prefix_blocks(sched)
+        spans = prompt_logprob_spans(sched)
         mode, key, t_pad, r_pad = self.dispatch(sched, use_cascade=num_prefix_blocks > 0)
         step, common = self.prepare_inputs(sched, t_pad, r_pad, num_prefix_blocks)
         if self.broadcast is not None:
             self.broadcast(self.step_message(sched, step, mode, key, num_prefix_blocks))
-        logits = self.execute_forward(step, common, mode, key)
-        out = self.sample(sched, step, logits)
-        return self.to_host(sched, out)
+        if spans:
+            logits, prompt_lps = self.execute_with_prompt_logprobs(
+                sched, step, common, mode, key, spans
+            )
+        else:
+            logits, prompt_lps = self.execute_forward(step, common, mode, key), {}
+        out = self.sample(sched, step, logits, grammar_bitmask)
+        result = self.to_host(sched, out)
+        result.prompt_logprobs = prompt_lps
+        return result
 
     def cascade_prefix_blocks(self, sched: SchedulerOutput) -> int:
         """Blocks of the prefix a uniform decode step attends as cascade (0: plain attention):
@@ -320,9 +342,15 @@ class ModelRunner:
     def dispatch(
         self, sched: SchedulerOutput, use_cascade: bool = False
     ) -> tuple[CUDAGraphMode, BatchDescriptor | None, int | None, int | None]:
-        """-> (runtime mode, graph key, padded token count, padded request count)."""
+        """-> (runtime mode, graph key, padded token count, padded request count). A step that
+        scores prompt tokens needs every token's hidden state, which no FULL graph returns."""
         num_tokens = sched.total_num_scheduled_tokens
         mode, key, why = self.dispatcher.dispatch(num_tokens, sched.is_uniform_decode, use_cascade)
+        if mode is CUDAGraphMode.FULL and prompt_logprob_spans(sched):
+            # a step that scores prompt tokens needs every hidden state: no FULL graph
+            mode, key, why = self.dispatcher.dispatch(num_tokens, False, use_cascade)
+            if mode is CUDAGraphMode.FULL:
+                mode, key, why = CUDAGraphMode.NONE, None, EagerReason.PROMPT_LOGPROBS
         t_pad = None if key is None else key.num_tokens
         r_pad = self.dispatcher.num_reqs_padded(key) if mode is CUDAGraphMode.FULL else None
         self.graph_stats.record_step(
@@ -400,13 +428,44 @@ class ModelRunner:
                 self.buffers.query_start_loc.gpu[: r + 1],
             )
 
+    def execute_with_prompt_logprobs(
+        self,
+        sched: SchedulerOutput,
+        step: StepInputs,
+        common: CommonAttentionMetadata,
+        mode: CUDAGraphMode,
+        key: BatchDescriptor | None,
+        spans: list[PromptSpan],
+    ) -> tuple[torch.Tensor, dict[int, list[TokenLogprobs]]]:
+        """The model without a FULL graph, then the head on the last tokens and the prompt
+        tokens to score: (logits [num_reqs_padded, V], row -> prompt logprobs)."""
+        assert mode is not CUDAGraphMode.FULL and self.model is not None
+        n, r = step.num_tokens_padded, step.num_reqs_padded
+        ctx = ForwardContext(
+            attn_metadata=common,
+            kv_caches=self.kv_caches,
+            attn_layers=self.attn_layers,
+            runtime_mode=mode,
+            batch_descriptor=key,
+        )
+        with set_forward_context(ctx):
+            hidden = self.model_fn(self.buffers.input_ids.gpu[:n], self.buffers.positions.gpu[:n])
+        last = self.buffers.query_start_loc.gpu[1 : r + 1].long() - 1  # [num_reqs_padded]
+        logits = self.model.compute_logits(hidden[last]).float()
+        return logits, compute_prompt_logprobs(hidden, self.model.compute_logits, sched, spans)
+
     def sample(
         self,
         sched: SchedulerOutput,
         step: StepInputs,
         logits: torch.Tensor,  # [num_reqs_padded, vocab_size] float32
+        grammar_bitmask: torch.Tensor | None = None,  # [R, ceil(V / 32)] int32, host
     ) -> SamplerOutput:
-        md = build_sampling_metadata(sched.requests, self.generators, self.device)
+        if grammar_bitmask is not None:
+            grammar_bitmask = grammar_bitmask.to(self.device, non_blocking=True)
+        md = build_sampling_metadata(
+            sched.requests, self.generators, self.device, logits.shape[1], grammar_bitmask
+        )
         return self.sampler(logits[: step.num_reqs], md)
 
     def to_host(self, sched: SchedulerOutput, out: SamplerOutput) -> ModelRunnerOutput:

@@ -2,14 +2,18 @@
 
 A temperature below SAMPLING_EPS is greedy here (written as 0.0, the sampler's greedy mark): divided
 by such a temperature the logits overflow float32 and the sample is garbage. top_k is clamped to
-what an int64 tensor holds and the vocabulary needs.
+what an int64 tensor holds and the vocabulary needs. Logits-processor inputs (bans, allowed lists,
+logit_bias, penalties) are built only when some request of the step asks for them: host lists,
+then one non-blocking copy each; nothing is read back.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from vgraph.request import Request
+from vgraph.sample.logits_processors import AllowedInputs, PenaltyInputs
 from vgraph.sample.sampler import SamplingMetadata
 from vgraph.sampling_params import SAMPLING_EPS
 
@@ -17,12 +21,22 @@ _TOP_K_OFF = 1 << 30  # larger than any vocabulary: no row is cut
 
 
 def build_sampling_metadata(
-    requests: list[Request], generators: dict[str, torch.Generator], device: torch.device
+    requests: list[Request],
+    generators: dict[str, torch.Generator],
+    device: torch.device,
+    vocab_size: int,
+    grammar_bitmask: torch.Tensor | None = None,  # [R, ceil(V / 32)] int32, on the device
 ) -> SamplingMetadata:
     """generators: request id -> its seeded generator, created here on first sight."""
     params = [r.sampling_params for r in requests]
     max_num_logprobs = max((p.logprobs for p in params if p.logprobs is not None), default=None)
-    banned = _min_tokens_bans(requests, device)
+    processors = {
+        "banned": _bans(requests, device),
+        "grammar_bitmask": grammar_bitmask,
+        "allowed": _allowed(requests, device),
+        "logit_bias": _logit_bias(requests, device),
+        "penalties": _penalties(requests, device, vocab_size),
+    }
     temperatures = [p.temperature if p.temperature >= SAMPLING_EPS else 0.0 for p in params]
     if all(t == 0.0 for t in temperatures):  # argmax only: no per-row tensors to copy
         return SamplingMetadata(
@@ -36,7 +50,7 @@ def build_sampling_metadata(
             need_top_p=False,
             need_min_p=False,
             max_num_logprobs=max_num_logprobs,
-            banned=banned,
+            **processors,
         )
     row_gens: dict[int, torch.Generator] = {}
     for i, (req, p, t) in enumerate(zip(requests, params, temperatures)):
@@ -64,25 +78,107 @@ def build_sampling_metadata(
         need_top_p=any(p.top_p < 1.0 for p in params),
         need_min_p=any(p.min_p > 0.0 for p in params),
         max_num_logprobs=max_num_logprobs,
-        banned=banned,
+        **processors,
     )
 
 
-def _min_tokens_bans(
+def _bans(
     requests: list[Request], device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """EOS and stop_token_ids may not be sampled before a request has min_tokens outputs."""
+    """EOS and stop_token_ids may not be sampled before a request has min_tokens outputs; the
+    last token of a bad word may not follow the rest of it (a one-token bad word: never)."""
     rows: list[int] = []
     cols: list[int] = []
     for i, req in enumerate(requests):
         p = req.sampling_params
-        if req.num_output_tokens >= p.min_tokens:
-            continue
-        stops = set(p.stop_token_ids or ())
-        if not p.ignore_eos:
-            stops |= req.eos_token_ids
-        rows.extend([i] * len(stops))
-        cols.extend(stops)
+        banned: set[int] = set()
+        if req.num_output_tokens < p.min_tokens:
+            banned.update(p.stop_token_ids or ())
+            if not p.ignore_eos:
+                banned |= req.eos_token_ids
+        if p.bad_words_token_ids:
+            out = req.output_token_ids
+            for word in p.bad_words_token_ids:
+                prefix = word[:-1]
+                if len(prefix) <= len(out) and out[len(out) - len(prefix) :] == prefix:
+                    banned.add(word[-1])
+        rows.extend([i] * len(banned))
+        cols.extend(banned)
+    return _pairs(rows, cols, device)
+
+
+def _allowed(requests: list[Request], device: torch.device) -> AllowedInputs | None:
+    restricted = [i for i, r in enumerate(requests) if r.sampling_params.allowed_token_ids]
+    if not restricted:
+        return None
+    rows: list[int] = []
+    cols: list[int] = []
+    for i in restricted:
+        ids = requests[i].sampling_params.allowed_token_ids or []
+        rows.extend([i] * len(ids))
+        cols.extend(ids)
+    pairs = _pairs(rows, cols, device)
+    assert pairs is not None
+    return AllowedInputs(torch.tensor(restricted).to(device, non_blocking=True), pairs)
+
+
+def _logit_bias(
+    requests: list[Request], device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    rows: list[int] = []
+    cols: list[int] = []
+    values: list[float] = []
+    for i, req in enumerate(requests):
+        for token_id, bias in (req.sampling_params.logit_bias or {}).items():
+            rows.append(i)
+            cols.append(token_id)
+            values.append(bias)
+    pairs = _pairs(rows, cols, device)
+    if pairs is None:
+        return None
+    bias = torch.tensor(values, dtype=torch.float32).to(device, non_blocking=True)
+    return pairs[0], pairs[1], bias
+
+
+def _penalties(
+    requests: list[Request], device: torch.device, vocab_size: int
+) -> PenaltyInputs | None:
+    params = [r.sampling_params for r in requests]
+    if not any(p.needs_penalties for p in params):
+        return None
+    host = torch.tensor(
+        [
+            [p.presence_penalty for p in params],
+            [p.frequency_penalty for p in params],
+            [p.repetition_penalty for p in params],
+        ],
+        dtype=torch.float32,
+    ).to(device, non_blocking=True)
+    # rows without penalties contribute no ids: their counts stay 0, their penalties neutral
+    outputs = [r.output_token_ids if p.needs_penalties else [] for r, p in zip(requests, params)]
+    prompts = [
+        r.prompt_token_ids if p.repetition_penalty != 1.0 else [] for r, p in zip(requests, params)
+    ]
+    return PenaltyInputs(
+        presence=host[0],
+        frequency=host[1],
+        repetition=host[2],
+        output_token_ids=_padded(outputs, vocab_size, device),
+        prompt_token_ids=_padded(prompts, vocab_size, device),
+    )
+
+
+def _padded(rows: list[list[int]], pad: int, device: torch.device) -> torch.Tensor:
+    """[R, max(1, longest)] int64 of the rows, right-padded with pad."""
+    out = np.full((len(rows), max(1, max(len(r) for r in rows))), pad, dtype=np.int64)
+    for i, ids in enumerate(rows):
+        out[i, : len(ids)] = ids
+    return torch.from_numpy(out).to(device, non_blocking=True)
+
+
+def _pairs(
+    rows: list[int], cols: list[int], device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor] | None:
     if not rows:
         return None
     pairs = torch.tensor([rows, cols], dtype=torch.int64).to(device, non_blocking=True)

@@ -1,0 +1,130 @@
+"""Logits processors against a plain reference on the logits: the three penalties (as vLLM, OpenAI
+and Hugging Face define them), logit_bias, allowed_token_ids, bad words, the structured-output
+bitmask (against xgrammar's own), and neutral values leaving the logits bit-for-bit alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vgraph.request import Request
+from vgraph.sample.logits_processors import apply_token_bitmask
+from vgraph.sample.sampler import Sampler
+from vgraph.sampling_params import SamplingParams
+from vgraph.worker.sampling_inputs import build_sampling_metadata
+
+CPU = torch.device("cpu")
+VOCAB = 50
+
+
+def requests(params: list[SamplingParams], outputs: list[list[int]]) -> list[Request]:
+    reqs = []
+    for i, (p, out) in enumerate(zip(params, outputs)):
+        req = Request(str(i), [3, 4, 4, 7], p, frozenset())
+        for t in out:
+            req.append_output_token(t)
+        reqs.append(req)
+    return reqs
+
+
+def processed(logits: torch.Tensor, reqs: list[Request], **kw: object) -> torch.Tensor:
+    md = build_sampling_metadata(reqs, {}, CPU, VOCAB, **kw)
+    return Sampler.process(logits.clone(), md)
+
+
+def reference_penalties(logits: torch.Tensor, reqs: list[Request]) -> torch.Tensor:
+    """Row by row, token by token, from the definitions."""
+    out = logits.clone()
+    for row, req in enumerate(reqs):
+        p = req.sampling_params
+        outputs = req.output_token_ids
+        for tok in range(VOCAB):
+            x = out[row, tok].item()
+            if tok in outputs or tok in req.prompt_token_ids:
+                x = x / p.repetition_penalty if x > 0 else x * p.repetition_penalty
+            count = outputs.count(tok)
+            x -= p.frequency_penalty * count + p.presence_penalty * (count > 0)
+            out[row, tok] = x
+    return out
+
+
+def test_penalties_equal_the_reference() -> None:
+    torch.manual_seed(0)
+    logits = torch.randn(4, VOCAB) * 3
+    params = [
+        SamplingParams(presence_penalty=1.5),
+        SamplingParams(frequency_penalty=-0.7),
+        SamplingParams(repetition_penalty=1.8),
+        SamplingParams(presence_penalty=0.3, frequency_penalty=0.4, repetition_penalty=0.6),
+    ]
+    reqs = requests(params, [[1, 1, 9], [2, 2, 2, 5], [4, 11, 0], [7, 7, 12, 13]])
+    got = processed(logits, reqs)
+    assert torch.allclose(got, reference_penalties(logits, reqs), atol=1e-5)
+    assert not torch.allclose(got, logits)  # every row changed somewhere
+
+
+def test_rows_without_penalties_are_untouched_in_a_penalised_batch() -> None:
+    logits = torch.randn(2, VOCAB)
+    reqs = requests([SamplingParams(), SamplingParams(frequency_penalty=1.0)], [[1, 2], [1, 2]])
+    got = processed(logits, reqs)
+    assert torch.equal(got[0], logits[0]) and not torch.equal(got[1], logits[1])
+
+
+def test_neutral_values_leave_the_logits_alone() -> None:
+    logits = torch.randn(3, VOCAB)
+    neutral = SamplingParams(
+        temperature=0.0,
+        presence_penalty=0.0,
+        frequency_penalty=0.0,
+        repetition_penalty=1.0,
+        logit_bias={},
+    )
+    reqs = requests([neutral] * 3, [[1], [2, 3], []])
+    md = build_sampling_metadata(reqs, {}, CPU, VOCAB)
+    assert md.penalties is None and md.logit_bias is None and md.allowed is None
+    assert md.banned is None and md.grammar_bitmask is None
+    assert torch.equal(Sampler()(logits, md).token_ids, logits.argmax(-1))
+
+
+def test_logit_bias_adds_and_forces() -> None:
+    logits = torch.randn(2, VOCAB)
+    reqs = requests([SamplingParams(logit_bias={5: 100.0, 6: -3.5}), SamplingParams()], [[], []])
+    got = processed(logits, reqs)
+    assert torch.allclose(got[0, 5], logits[0, 5] + 100) and torch.allclose(
+        got[0, 6], logits[0, 6] - 3.5
+    )
+    assert torch.equal(got[1], logits[1])
+    md = build_sampling_metadata(reqs, {}, CPU, VOCAB)
+    assert Sampler()(logits, md).token_ids[0].item() == 5
+
+
+def test_allowed_token_ids_keep_only_those() -> None:
+    logits = torch.randn(2, VOCAB)
+    reqs = requests([SamplingParams(allowed_token_ids=[3, 17]), SamplingParams()], [[], []])
+    got = processed(logits, reqs)
+    finite = torch.isfinite(got[0]).nonzero().flatten().tolist()
+    assert finite == [3, 17] and torch.equal(got[1], logits[1])
+
+
+def test_bad_words_ban_the_last_token_after_the_prefix() -> None:
+    logits = torch.randn(3, VOCAB)
+    p = SamplingParams(bad_words_token_ids=[[9], [20, 21, 22]])
+    reqs = requests([p, p, p], [[1], [20, 21], [20, 5]])
+    got = processed(logits, reqs)
+    assert torch.isinf(got[:, 9]).all()  # a one-token word: always
+    assert torch.isinf(got[1, 22]) and torch.isfinite(got[0, 22]) and torch.isfinite(got[2, 22])
+
+
+@pytest.mark.parametrize("vocab", [50, 64, 97])
+def test_bitmask_matches_xgrammar(vocab: int) -> None:
+    xgr = pytest.importorskip("xgrammar")
+    torch.manual_seed(vocab)
+    logits = torch.randn(3, vocab)
+    bitmask = xgr.allocate_token_bitmask(3, vocab)
+    bitmask[0] = torch.randint(-(2**31), 2**31 - 1, bitmask[0].shape, dtype=torch.int32)
+    bitmask[1, 0] = 0b1011  # tokens 0, 1, 3 only
+    bitmask[1, 1:] = 0
+    want = logits.clone()
+    xgr.apply_token_bitmask_inplace(want, bitmask)
+    assert torch.equal(apply_token_bitmask(logits, bitmask), want)
+    assert torch.equal(apply_token_bitmask(logits, bitmask)[2], logits[2])  # all ones: untouched

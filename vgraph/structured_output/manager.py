@@ -1,0 +1,124 @@
+"""The engine core's structured outputs: compile grammars off the step loop, keep one matcher per
+request, fill the step's token bitmask, advance the matchers with the sampled tokens.
+
+Lifecycle of a request with structured_outputs:
+  1. submit(): its grammar is compiled on a worker thread (xgrammar releases the GIL; compiled
+     grammars are cached by the compiler), so the busy loop keeps stepping the other requests;
+  2. the engine core holds it back from the scheduler until poll() says its grammar is ready
+     (or failed: then it ends with finish_reason "error" and the reason);
+  3. each step that samples for it, grammar_bitmask() fills its row of the bitmask from its
+     matcher (other rows allow everything); the sampler masks the logits with it on the device;
+  4. accept() feeds each sampled token to its matcher. Once the grammar is complete only the
+     end-of-sequence tokens stay allowed, so the request stops as any other.
+The tokenizer is loaded here on first use (the engine core has none otherwise). Not thread-safe
+beyond the compile step: only the busy loop calls these methods.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import torch
+
+from vgraph.config import ModelConfig
+from vgraph.request import Request
+from vgraph.structured_output.grammar import build_grammar, import_xgrammar
+
+logger = logging.getLogger(__name__)
+MAX_COMPILE_THREADS = 2  # grammar compiles at once; more would take cores from the busy loop
+
+
+class StructuredOutputManager:
+    def __init__(self, model_config: ModelConfig) -> None:
+        self.model_config = model_config
+        self.vocab_size = model_config.vocab_size
+        self._compiler: Any = None
+        self._executor = ThreadPoolExecutor(MAX_COMPILE_THREADS, "vgraph-grammar")
+        self._futures: dict[str, Future[Any]] = {}
+        self.matchers: dict[str, Any] = {}  # request id -> xgrammar.GrammarMatcher
+
+    def _compile(self, request: Request) -> Any:
+        """On a worker thread: the request's grammar compiled against the tokenizer."""
+        xgr = import_xgrammar()
+        if self._compiler is None:  # first use; later compiles wait on nothing but this
+            from vgraph.tokenizer import eos_token_ids, load_tokenizer
+
+            tokenizer = load_tokenizer(self.model_config)
+            if tokenizer is None:
+                raise ValueError("structured outputs need a tokenizer; this model has none")
+            info = xgr.TokenizerInfo.from_huggingface(
+                tokenizer,
+                vocab_size=self.vocab_size,
+                stop_token_ids=eos_token_ids(self.model_config, tokenizer),
+            )
+            self._compiler = xgr.GrammarCompiler(info, max_threads=1)
+        params = request.sampling_params.structured_outputs
+        assert params is not None
+        return self._compiler.compile_grammar(build_grammar(params))
+
+    def submit(self, request: Request) -> None:
+        self._futures[request.request_id] = self._executor.submit(self._compile, request)
+
+    def poll(self, request: Request) -> bool | str:
+        """True once the grammar is ready (its matcher made), False while compiling, or the
+        error message when compiling failed."""
+        future = self._futures.get(request.request_id)
+        if future is None or not future.done():
+            return future is None
+        del self._futures[request.request_id]
+        try:
+            compiled = future.result()
+        except Exception as e:  # noqa: BLE001 - the request's own grammar; it ends with this error
+            return f"the structured output grammar failed to compile: {e}"
+        xgr = import_xgrammar()
+        matcher = xgr.GrammarMatcher(compiled)
+        for token in request.output_token_ids:  # a resumed request: replay what it has
+            matcher.accept_token(token)
+        self.matchers[request.request_id] = matcher
+        return True
+
+    def wait_any(self, timeout: float) -> None:
+        """Block up to timeout seconds until some compile finishes (nothing else to run)."""
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        if self._futures:
+            wait(list(self._futures.values()), timeout, FIRST_COMPLETED)
+
+    def grammar_bitmask(
+        self, requests: list[Request], samples: list[bool]
+    ) -> torch.Tensor | None:  # [R, ceil(V / 32)] int32 on the host
+        """The step's bitmask, or None when no request sampling this step has a matcher."""
+        rows = [
+            i
+            for i, (r, s) in enumerate(zip(requests, samples))
+            if s and r.request_id in self.matchers
+        ]
+        if not rows:
+            return None
+        xgr = import_xgrammar()
+        bitmask = xgr.allocate_token_bitmask(len(requests), self.vocab_size)  # all allowed
+        for i in rows:
+            matcher = self.matchers[requests[i].request_id]
+            if not matcher.is_terminated():
+                matcher.fill_next_token_bitmask(bitmask, i)
+        return bitmask
+
+    def accept(self, request: Request, token_id: int) -> None:
+        matcher = self.matchers.get(request.request_id)
+        if matcher is None or matcher.is_terminated():
+            return
+        if not matcher.accept_token(token_id):
+            logger.warning(
+                "request %s: token %d does not fit its grammar", request.request_id, token_id
+            )
+
+    def forget(self, request_id: str) -> None:
+        self.matchers.pop(request_id, None)
+        future = self._futures.pop(request_id, None)
+        if future is not None:
+            future.cancel()
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
