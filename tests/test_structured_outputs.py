@@ -1,6 +1,5 @@
 """Structured outputs without a model: StructuredOutputsParams' checks, grammars that do not parse
-named as the field with xgrammar's reason, the tool_choice schemas and their tool_calls, and the
-new SamplingParams fields' bounds."""
+named as the field with xgrammar's reason, and the new SamplingParams fields' bounds."""
 
 from __future__ import annotations
 
@@ -9,30 +8,10 @@ import json
 import msgspec
 import pytest
 
-from vgraph.entrypoints.openai.tool_choice import (
-    forced_tool_calls,
-    forced_tool_schema,
-    structured_outputs_for_tools,
-)
 from vgraph.sampling_params import SamplingParams, SamplingParamsError, StructuredOutputsParams
 
 xgr = pytest.importorskip("xgrammar")
 from vgraph.structured_output.grammar import check_grammar  # noqa: E402
-
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    },
-    {"type": "function", "function": {"name": "noop"}},
-]
 
 
 def test_exactly_one_constraint() -> None:
@@ -104,31 +83,3 @@ def test_vocab_checks_cover_the_new_token_ids() -> None:
         with pytest.raises(SamplingParamsError) as err:
             SamplingParams(**kwargs).check_vocab(100)
         assert err.value.field == field
-
-
-def test_named_tool_choice_forces_its_parameters() -> None:
-    choice = {"type": "function", "function": {"name": "get_weather"}}
-    assert forced_tool_schema(TOOLS, choice) == TOOLS[0]["function"]["parameters"]
-    calls = forced_tool_calls(choice, '{"city": "Paris"}')
-    assert calls is not None and len(calls) == 1
-    assert calls[0]["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
-    assert forced_tool_calls(choice, '{"city": "Pa') is None  # cut short: no call
-    with pytest.raises(ValueError, match="not among the tools"):
-        forced_tool_schema(TOOLS, {"type": "function", "function": {"name": "nope"}})
-
-
-def test_required_tool_choice_is_an_array_of_known_calls() -> None:
-    schema = forced_tool_schema(TOOLS, "required")
-    assert schema is not None and schema["type"] == "array" and schema["minItems"] == 1
-    names = [c["properties"]["name"]["enum"] for c in schema["items"]["anyOf"]]
-    assert names == [["get_weather"], ["noop"]]
-    so = structured_outputs_for_tools(TOOLS, "required")
-    assert so is not None
-    check_grammar(so)
-    text = json.dumps([{"name": "get_weather", "parameters": {"city": "Oslo"}}])
-    calls = forced_tool_calls("required", text)
-    assert calls is not None and calls[0]["function"]["name"] == "get_weather"
-    for choice in (None, "none", "auto"):
-        assert structured_outputs_for_tools(TOOLS, choice) is None
-    with pytest.raises(ValueError, match="at least one function"):
-        forced_tool_schema([], "required")

@@ -51,7 +51,7 @@ CASES = [
     ("huge seed", "completions", body(seed=2**70), 400, "seed"),
     ("logprobs too large", "completions", body(logprobs=50), 400, "logprobs"),
     ("empty stop string", "completions", body(stop=[""]), 400, "stop"),
-    ("presence_penalty", "completions", body(presence_penalty=1.0), 400, "presence_penalty"),
+    ("presence_penalty > 2", "completions", body(presence_penalty=3.0), 400, "presence_penalty"),
     (
         "stream_options without stream",
         "completions",

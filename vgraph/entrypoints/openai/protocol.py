@@ -10,7 +10,10 @@ Choices, documented here once:
   numbers may come as numeric strings ("5", "0.7"), as pydantic's lax mode and vLLM allow:
   `LaxInt` / `LaxFloat`. Ranges and size limits apply to the converted value.
 - OpenAI fields vgraph does not implement are accepted only at their neutral value
-  (presence_penalty 0, echo false, ...); anything else is a 400 that says so.
+  (suffix empty, best_of = n); anything else is a 400 that says so.
+- Sampling fields (penalties, logit_bias, allowed_token_ids, bad_words, prompt_logprobs) and
+  structured outputs (response_format, vLLM's structured_outputs and guided_* extras) map onto
+  SamplingParams in sampling_params(); their own checks become a 400 naming the field.
 Responses are plain dicts built by the serving modules.
 """
 
@@ -27,6 +30,7 @@ from vgraph.sampling_params import (
     MAX_STOP_STRINGS,
     SamplingParams,
     SamplingParamsError,
+    StructuredOutputsParams,
 )
 
 Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
@@ -109,6 +113,28 @@ class StreamOptions(StrictModel):
     continuous_usage_stats: bool = False
 
 
+class JsonSchemaFormat(StrictModel):
+    name: str = "schema"
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(StrictModel):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class StructuredOutputsRequest(StrictModel):
+    """vLLM's `structured_outputs` extra: exactly one of these."""
+
+    json_: str | dict[str, Any] | None = Field(None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+
+
 class SamplingRequest(StrictModel):
     """Fields shared by /v1/completions and /v1/chat/completions."""
 
@@ -129,26 +155,38 @@ class SamplingRequest(StrictModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    logit_bias: dict[str, float] | None = None
+    presence_penalty: LaxFloat | None = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: LaxFloat | None = Field(None, ge=-2.0, le=2.0)
+    repetition_penalty: LaxFloat | None = Field(None, gt=0.0, le=1e6)
+    logit_bias: dict[str, LaxFloat] | None = None  # token id (as a string) -> [-100, 100]
+    allowed_token_ids: list[Annotated[LaxInt, Field(ge=0, le=2**31 - 1)]] | None = None
+    bad_words: list[str] | None = None
+    prompt_logprobs: LaxInt | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputsRequest | None = None
+    guided_json: str | dict[str, Any] | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
 
     def check_unsupported(self) -> None:
-        for name in ("presence_penalty", "frequency_penalty"):
-            if getattr(self, name) not in (None, 0.0):
-                raise APIError(f"{name} is not supported by vgraph; omit it or send 0", param=name)
-        if self.logit_bias:
-            raise APIError("logit_bias is not supported by vgraph", param="logit_bias")
         if self.stream_options is not None and not self.stream:
             raise APIError(
                 "stream_options is only allowed with stream=true", param="stream_options"
             )
 
     def sampling_params(
-        self, max_tokens: int, logprobs: int | None, defaults: Mapping[str, Any] | None = None
+        self,
+        max_tokens: int,
+        logprobs: int | None,
+        defaults: Mapping[str, Any] | None = None,
+        prompt_logprobs: int | None = None,
+        structured_outputs: StructuredOutputsParams | None = None,
     ) -> SamplingParams:
         """SamplingParams of this request; its own checks become a 400 naming the field.
-        defaults: values for the fields the request leaves out (the model's generation config)."""
+        defaults: values for the fields the request leaves out (the model's generation config).
+        prompt_logprobs / structured_outputs: set by the handler (echo, tool_choice) instead of
+        the request's own."""
         stop = [self.stop] if isinstance(self.stop, str) else self.stop
         defaults = defaults or {}
 
@@ -157,6 +195,10 @@ class SamplingRequest(StrictModel):
             return defaults.get(name, neutral) if value is None else value
 
         top_k = pick("top_k", -1)
+        if prompt_logprobs is None:
+            prompt_logprobs = self.prompt_logprobs
+        if structured_outputs is None:
+            structured_outputs = self.structured_outputs_params()
         try:
             return SamplingParams(
                 n=self.n,
@@ -173,9 +215,78 @@ class SamplingRequest(StrictModel):
                 logprobs=logprobs,
                 include_stop_str_in_output=self.include_stop_str_in_output,
                 skip_special_tokens=self.skip_special_tokens,
+                presence_penalty=self.presence_penalty or 0.0,
+                frequency_penalty=self.frequency_penalty or 0.0,
+                repetition_penalty=pick("repetition_penalty", 1.0),
+                logit_bias=self.logit_bias_ids(),
+                allowed_token_ids=self.allowed_token_ids,
+                bad_words=self.bad_words or None,
+                prompt_logprobs=prompt_logprobs,
+                structured_outputs=structured_outputs,
             )
         except SamplingParamsError as e:
             raise APIError(str(e), param=e.field) from None
+
+    def logit_bias_ids(self) -> dict[int, float] | None:
+        """OpenAI sends logit_bias keys as strings of token ids."""
+        if not self.logit_bias:
+            return None
+        out = {}
+        for key, bias in self.logit_bias.items():
+            if not key.isdigit() or len(key) > 19:
+                raise APIError(
+                    f"logit_bias key {brief(key)!r} is not allowed; keys are token ids (as "
+                    "strings of digits)",
+                    param="logit_bias",
+                )
+            out[int(key)] = bias
+        return out
+
+    def structured_outputs_params(self) -> StructuredOutputsParams | None:
+        """The one structured-output constraint this request sets (response_format,
+        structured_outputs or a guided_* extra), or None; two at once is a 400."""
+        found: list[tuple[str, dict[str, Any]]] = []
+        rf = self.response_format
+        if rf is not None and rf.type == "json_object":
+            found.append(("response_format", {"json_object": True}))
+        elif rf is not None and rf.type == "json_schema":
+            if rf.json_schema is None or rf.json_schema.schema_ is None:
+                raise APIError(
+                    "response_format of type json_schema needs json_schema.schema",
+                    param="response_format",
+                )
+            found.append(("response_format", {"json": rf.json_schema.schema_}))
+        if self.structured_outputs is not None:
+            so = self.structured_outputs
+            given = {
+                "json": so.json_,
+                "regex": so.regex,
+                "choice": so.choice,
+                "grammar": so.grammar,
+                "json_object": so.json_object,
+            }
+            found.append(("structured_outputs", {k: v for k, v in given.items() if v is not None}))
+        for name, key in (
+            ("guided_json", "json"),
+            ("guided_regex", "regex"),
+            ("guided_choice", "choice"),
+            ("guided_grammar", "grammar"),
+        ):
+            if getattr(self, name) is not None:
+                found.append((name, {key: getattr(self, name)}))
+        if not found:
+            return None
+        if len(found) > 1:
+            names = ", ".join(n for n, _ in found)
+            raise APIError(
+                f"{names}: only one structured-output constraint is allowed per request",
+                param=found[1][0],
+            )
+        name, kwargs = found[0]
+        try:
+            return StructuredOutputsParams(**kwargs)
+        except SamplingParamsError as e:
+            raise APIError(str(e), param=name) from None
 
 
 class CompletionRequest(SamplingRequest):
@@ -187,8 +298,6 @@ class CompletionRequest(SamplingRequest):
 
     def check_unsupported(self) -> None:
         super().check_unsupported()
-        if self.echo:
-            raise APIError("echo is not supported by vgraph", param="echo")
         if self.suffix:
             raise APIError("suffix is not supported by vgraph", param="suffix")
         if self.best_of not in (None, self.n):

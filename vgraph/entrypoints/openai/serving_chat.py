@@ -4,7 +4,8 @@ The prompt is rendered with the tokenizer's chat template exactly as `LLM.chat` 
 request answers as the offline API. max_tokens (or max_completion_tokens) defaults to all that
 fits the context. Tools (tools, tool_choice, the tool role, earlier tool_calls) go to the
 template; tool calls in the output are read back by tool_parsers.py into `tool_calls` with
-finish_reason "tool_calls".
+finish_reason "tool_calls". tool_choice "required" or a named function is forced through
+structured outputs: the output must follow the schema tool_parsers.forced_tool_schema builds.
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
+
 from vgraph.entrypoints.chat_utils import ChatTemplateError, render_chat
 from vgraph.entrypoints.openai.protocol import APIError, ChatCompletionRequest
 from vgraph.entrypoints.openai.serving_engine import (
     Choice,
     OpenAIServing,
     finite,
+    prompt_logprobs_json,
     usage,
 )
 from vgraph.entrypoints.openai.tool_parsers import (
@@ -26,7 +30,7 @@ from vgraph.entrypoints.openai.tool_parsers import (
     parse_forced_tool_calls,
 )
 from vgraph.outputs import CompletionOutput, Logprob
-from vgraph.sampling_params import SamplingParams
+from vgraph.sampling_params import SamplingParams, SamplingParamsError, StructuredOutputsParams
 
 
 class OpenAIServingChat(OpenAIServing):
@@ -53,8 +57,10 @@ class OpenAIServingChat(OpenAIServing):
             return self.stream(req, (text, ids), params, head, top_n, tools)
         choices: dict[int, Choice] = {}
         num_cached = 0
+        prompt_lps = None
         async for _, out in self.generate_all([(text, ids)], [params], head["id"]):
             num_cached = out.num_cached_tokens or num_cached
+            prompt_lps = out.prompt_logprobs
             for comp in out.outputs:
                 self.update_choice(choices.setdefault(comp.index, Choice(comp.index)), comp)
         body = []
@@ -74,7 +80,10 @@ class OpenAIServingChat(OpenAIServing):
                 }
             )
         num_completion = sum(len(c.token_ids) for c in choices.values())
-        return {**head, "choices": body, "usage": usage(len(ids), num_completion, num_cached)}
+        response = {**head, "choices": body, "usage": usage(len(ids), num_completion, num_cached)}
+        if req.prompt_logprobs is not None:
+            response["prompt_logprobs"] = prompt_logprobs_json(prompt_lps)
+        return response
 
     def render(self, req: ChatCompletionRequest) -> str:
         try:
@@ -98,12 +107,17 @@ class OpenAIServingChat(OpenAIServing):
 
     def force_tool_schema(self, params: SamplingParams, schema: dict[str, Any]) -> SamplingParams:
         """The params whose output must follow `schema` (tool_choice "required" or a named
-        function). This is where structured outputs plug in; until then, a clear 400."""
-        raise APIError(
-            "tool_choice 'required' or a named function needs structured outputs, which this "
-            "server does not have yet; use tool_choice 'auto' or 'none'",
-            param="tool_choice",
-        )
+        function), as a structured-output JSON schema in place of any other constraint."""
+        so = StructuredOutputsParams(json=schema)
+        try:
+            from vgraph.structured_output.grammar import check_grammar
+
+            check_grammar(so)
+        except SamplingParamsError as e:
+            raise APIError(str(e), param="tools") from None
+        except ValueError as e:  # the grammar library is missing
+            raise APIError(str(e), param="tool_choice") from None
+        return msgspec.structs.replace(params, structured_outputs=so)
 
     def stream(
         self,

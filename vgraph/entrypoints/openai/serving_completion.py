@@ -2,11 +2,13 @@
 
 A prompt is text, token ids, or a list of either (one engine request per prompt; choice index
 = prompt index * n + sample index). max_tokens defaults to 16, capped to what fits the context.
+echo: each choice's text starts with its prompt (decoded, for token ids); with logprobs the
+prompt's tokens lead the logprobs too (the first with logprob None), scored by prompt_logprobs.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from vgraph.entrypoints.openai.protocol import APIError, CompletionRequest
@@ -14,9 +16,10 @@ from vgraph.entrypoints.openai.serving_engine import (
     Choice,
     OpenAIServing,
     finite,
+    prompt_logprobs_json,
     usage,
 )
-from vgraph.outputs import CompletionOutput, Logprob
+from vgraph.outputs import CompletionOutput, Logprob, RequestOutput
 from vgraph.sampling_params import SamplingParams
 
 MAX_PROMPTS = 128
@@ -32,8 +35,13 @@ class OpenAIServingCompletion(OpenAIServing):
         prompts = prompt_list(req.prompt)
         self.check_num_seqs(len(prompts), req.n)
         tokenized = [self.prepare_prompt(p, "prompt") for p in prompts]
+        prompt_lp = req.prompt_logprobs
+        if req.echo and req.logprobs is not None:  # the echoed prompt carries logprobs too
+            prompt_lp = max(req.logprobs, prompt_lp or 0)
         params = [
-            self.sampling_params(req, req.max_tokens, len(ids), DEFAULT_MAX_TOKENS, req.logprobs)
+            self.sampling_params(
+                req, req.max_tokens, len(ids), DEFAULT_MAX_TOKENS, req.logprobs, prompt_lp
+            )
             for _, ids in tokenized
         ]
         head = self.response_head("cmpl", "text_completion", request_id)
@@ -41,23 +49,35 @@ class OpenAIServingCompletion(OpenAIServing):
             return self.stream(req, tokenized, params, head)
         choices: dict[int, Choice] = {}
         cached: dict[int, int] = {}  # prompt index -> its prompt tokens found cached
+        outputs: dict[int, RequestOutput] = {}
         async for i, out in self.generate_all(tokenized, params, head["id"]):
             cached[i] = out.num_cached_tokens or cached.get(i, 0)
+            outputs[i] = out
             for comp in out.outputs:
                 index = i * req.n + comp.index
                 self.update_choice(choices.setdefault(index, Choice(index)), comp)
         body = []
         for c in sorted(choices.values(), key=lambda c: c.index):
-            lp = None if req.logprobs is None else completion_logprobs(c.token_ids, c.logprobs, 0)
-            body.append(
-                {
-                    "index": c.index,
-                    "text": c.text,
-                    "logprobs": lp,
-                    "finish_reason": c.finish_reason,
-                    "stop_reason": c.stop_reason,
-                }
-            )
+            i = c.index // req.n
+            out = outputs[i]
+            text, token_ids, entries = c.text, c.token_ids, c.logprobs
+            if req.echo:
+                text = self.prompt_text(tokenized[i]) + text
+                token_ids = out.prompt_token_ids + token_ids
+                entries = [*(out.prompt_logprobs or []), *entries]
+            lp = None
+            if req.logprobs is not None:
+                lp = completion_logprobs(token_ids, entries, 0, self.decode)
+            choice = {
+                "index": c.index,
+                "text": text,
+                "logprobs": lp,
+                "finish_reason": c.finish_reason,
+                "stop_reason": c.stop_reason,
+            }
+            if req.prompt_logprobs is not None:
+                choice["prompt_logprobs"] = prompt_logprobs_json(out.prompt_logprobs)
+            body.append(choice)
         num_completion = sum(len(c.token_ids) for c in choices.values())
         return {
             **head,
@@ -75,23 +95,44 @@ class OpenAIServingCompletion(OpenAIServing):
         head: dict[str, Any],
     ) -> AsyncIterator[str]:
         text_len: dict[int, int] = {}  # choice index -> characters sent (the logprobs offset)
+        latest: dict[int, RequestOutput] = {}  # prompt index -> the output being streamed
 
         def make_choice(i: int, comp: CompletionOutput) -> dict[str, Any]:
             index = i * req.n + comp.index
+            first = index not in text_len
             offset = text_len.get(index, 0)
-            text_len[index] = offset + len(comp.text)
+            text, token_ids, entries = comp.text, comp.token_ids, comp.logprobs or []
+            if req.echo and first:  # the prompt leads the choice's first chunk
+                text = self.prompt_text(tokenized[i]) + text
+                token_ids = latest[i].prompt_token_ids + token_ids
+                entries = [*(latest[i].prompt_logprobs or []), *entries]
+            text_len[index] = offset + len(text)
             lp = None
             if req.logprobs is not None:
-                lp = completion_logprobs(comp.token_ids, comp.logprobs or [], offset)
-            return {
+                lp = completion_logprobs(token_ids, entries, offset, self.decode)
+            choice = {
                 "index": index,
-                "text": comp.text,
+                "text": text,
                 "logprobs": lp,
                 "finish_reason": comp.finish_reason,
                 "stop_reason": comp.stop_reason,
             }
+            if req.prompt_logprobs is not None and first:
+                choice["prompt_logprobs"] = prompt_logprobs_json(latest[i].prompt_logprobs)
+            return choice
 
-        return self.stream_events(head, tokenized, params, req.stream_options, make_choice)
+        return self.stream_events(
+            head, tokenized, params, req.stream_options, make_choice, on_output=latest.__setitem__
+        )
+
+    def prompt_text(self, prompt: tuple[str | None, list[int]]) -> str:
+        """The prompt as echoed: its text, or its token ids decoded."""
+        text, ids = prompt
+        return self.decode(ids) if text is None else text
+
+    def decode(self, token_ids: list[int]) -> str:
+        tokenizer = self.engine.tokenizer
+        return "" if tokenizer is None else tokenizer.decode(token_ids)
 
 
 def prompt_list(prompt: str | list[int] | list[str] | list[list[int]]) -> list[str | list[int]]:
@@ -108,16 +149,26 @@ def prompt_list(prompt: str | list[int] | list[str] | list[list[int]]) -> list[s
 
 
 def completion_logprobs(
-    token_ids: list[int], logprobs: list[dict[int, Logprob]], text_offset: int
+    token_ids: list[int],
+    logprobs: list[dict[int, Logprob] | None],
+    text_offset: int,
+    decode: Callable[[list[int]], str] | None = None,
 ) -> dict[str, list[Any]]:
-    """The legacy completions logprobs object for these tokens."""
+    """The legacy completions logprobs object for these tokens (an echoed prompt's first token
+    has no entries: logprob and top_logprobs None, as OpenAI's)."""
     tokens, token_logprobs, top, offsets = [], [], [], []
     for tid, entries in zip(token_ids, logprobs):
-        sampled = entries.get(tid)
+        sampled = None if entries is None else entries.get(tid)
         text = (sampled.decoded_token if sampled else None) or ""
+        if sampled is None and decode is not None:
+            text = decode([tid])
         tokens.append(text)
         token_logprobs.append(finite(sampled.logprob) if sampled else None)
-        top.append({(lp.decoded_token or ""): finite(lp.logprob) for lp in entries.values()})
+        top.append(
+            None
+            if entries is None
+            else {(lp.decoded_token or ""): finite(lp.logprob) for lp in entries.values()}
+        )
         offsets.append(text_offset)
         text_offset += len(text)
     return {

@@ -23,7 +23,7 @@ from vgraph.engine.client import EngineDeadError
 from vgraph.engine.input_processor import PromptType
 from vgraph.entrypoints.openai.protocol import APIError, SamplingRequest, StreamOptions, brief
 from vgraph.outputs import CompletionOutput, Logprob, RequestOutput
-from vgraph.sampling_params import SamplingParams, SamplingParamsError
+from vgraph.sampling_params import SamplingParams, SamplingParamsError, StructuredOutputsParams
 
 SSE_DONE = "data: [DONE]\n\n"
 DEFAULT_MAX_SEQS_PER_REQUEST = 256  # prompts x n of one request (--max-seqs-per-request)
@@ -37,6 +37,27 @@ def sse(data: dict[str, Any]) -> str:
 def finite(x: float) -> float:
     """JSON has no -inf: a logprob of -inf is reported as -9999.0 (as vLLM does)."""
     return x if math.isfinite(x) else -9999.0
+
+
+def prompt_logprobs_json(
+    prompt_logprobs: list[dict[int, Logprob] | None] | None,
+) -> list[dict[str, dict[str, Any]] | None] | None:
+    """vLLM's `prompt_logprobs`: per prompt token None (the first) or token id -> logprob."""
+    if prompt_logprobs is None:
+        return None
+    return [
+        None
+        if entries is None
+        else {
+            str(tid): {
+                "logprob": finite(lp.logprob),
+                "rank": lp.rank,
+                "decoded_token": lp.decoded_token,
+            }
+            for tid, lp in entries.items()
+        }
+        for entries in prompt_logprobs
+    ]
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
@@ -135,9 +156,12 @@ class OpenAIServing:
         prompt_len: int,
         default_max: int | None,
         logprobs: int | None,
+        prompt_logprobs: int | None = None,
+        structured_outputs: StructuredOutputsParams | None = None,
     ) -> SamplingParams:
         """max_tokens: as requested (None: default_max, else all that fits), and at most the
-        generation config's max_new_tokens, as in vLLM."""
+        generation config's max_new_tokens, as in vLLM. A structured-output grammar that does
+        not parse is a 400 here, before anything is queued."""
         room = self.max_model_len - prompt_len
         if max_tokens is None:
             max_tokens = room if default_max is None else min(default_max, room)
@@ -149,11 +173,19 @@ class OpenAIServing:
                 param="max_tokens",
             )
         max_tokens = min(max_tokens, self.default_sampling.get("max_tokens", max_tokens))
-        params = req.sampling_params(max_tokens, logprobs, self.default_sampling)
+        params = req.sampling_params(
+            max_tokens, logprobs, self.default_sampling, prompt_logprobs, structured_outputs
+        )
         try:
             params.check_vocab(self.vocab_size)
+            if params.structured_outputs is not None:
+                from vgraph.structured_output.grammar import check_grammar
+
+                check_grammar(params.structured_outputs)
         except SamplingParamsError as e:
             raise APIError(str(e), param=e.field) from None
+        except ValueError as e:  # the grammar library is missing
+            raise APIError(str(e), param="structured_outputs") from None
         return params
 
     async def generate_all(
@@ -185,11 +217,13 @@ class OpenAIServing:
         stream_options: StreamOptions | None,
         make_choice: Callable[[int, CompletionOutput], dict[str, Any]],
         first_choices: Sequence[dict[str, Any]] = (),
+        on_output: Callable[[int, RequestOutput], None] | None = None,
     ) -> AsyncIterator[str]:
         """The SSE events of a streamed response.
 
         A chunk per entry of first_choices, then one per delta output, its choice object made by
-        make_choice(prompt index, delta); usage per chunk (continuous_usage_stats) and at the end
+        make_choice(prompt index, delta) (after on_output(prompt index, output), if given,
+        sees the output it came in); usage per chunk (continuous_usage_stats) and at the end
         (include_usage); an error after the stream began becomes an error event; `data: [DONE]`
         last, always.
         """
@@ -201,6 +235,8 @@ class OpenAIServing:
         try:
             async for i, out in self.generate_all(prompts, params, head["id"]):
                 cached[i] = out.num_cached_tokens or cached.get(i, 0)
+                if on_output is not None:
+                    on_output(i, out)
                 for comp in out.outputs:
                     num_completion += len(comp.token_ids)
                     chunk = {**head, "choices": [make_choice(i, comp)]}
