@@ -20,6 +20,9 @@
 #           2,048-token prefix with and without prefix caching, and decode step time of up to 64
 #           requests sharing up to 2,048 tokens with and without cascade (the cost rule's switch).
 #           Needs the ext step first (or a built vgraph/_C.so).
+#   Not in the default STEPS: sampling (decode step at batch 32 on SmolLM2-135M, dummy weights,
+#           with penalties and structured outputs against plain greedy; needs the xgrammar wheel
+#           carried in .whl: pip install --no-deps .whl/xgrammar-*.whl .whl/apache_tvm_ffi-*.whl).
 #   BENCH_TIMEOUT, TEST_TIMEOUT, SWEEP_TIMEOUT   seconds per latency run / for the GPU tests /
 #           per model of the sweep.
 # Not in the default STEPS: `sweep`, the capture-list sweep of docs/tuning.md on SmolLM2-135M and
@@ -89,6 +92,8 @@ for s in ${STEPS:-ext tests smollm2 llama profile kernels}; do
         -p no:cacheprovider tests/gpu/test_cascade_gpu.py tests/kernels/test_cascade_attention.py
       step prefix_bench timeout 540 python3 benchmarks/bench_prefix_cache.py \
         --model Llama-3.2-1B --out "$out/prefix_cache_Llama-3.2-1B.json" ;;
+    sampling) step sampling_overhead timeout 300 python3 benchmarks/bench_sampling_overhead.py \
+      --model SmolLM2-135M --batch 32 --out "$out/sampling_overhead.json" ;;
     sweep) sweep SmolLM2-135M; sweep Llama-3.2-1B ;;
     flashinfer) FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-$HOME} step flashinfer_tests \
         timeout "${TEST_TIMEOUT:-400}" python3 -m pytest -v -p no:cacheprovider \
