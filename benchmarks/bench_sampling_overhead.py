@@ -20,6 +20,7 @@ baseline, the 10% target) and writes JSON.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -133,7 +134,7 @@ def make_call(core: EngineCore, reqs: list[Request], steps: Any) -> Any:
     constrained = reqs[0].sampling_params.structured_outputs is not None
 
     def call() -> None:
-        bitmask = core.grammar_bitmask(sched) if constrained else None
+        bitmask = functools.partial(core.grammar_bitmask, sched) if constrained else None
         out = core.runner.execute_model(sched, bitmask)
         if constrained:
             for r, t in zip(reqs, out.sampled_token_ids):

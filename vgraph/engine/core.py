@@ -20,6 +20,7 @@ takes the engine down (on_worker_death, else the next step raises).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -38,7 +39,7 @@ from vgraph.engine.protocol import (
 )
 from vgraph.request import Request, RequestStatus
 from vgraph.structured_output.manager import StructuredOutputManager
-from vgraph.worker.model_runner import ModelRunner, ModelRunnerOutput
+from vgraph.worker.model_runner import BitmaskFn, ModelRunner, ModelRunnerOutput
 
 if TYPE_CHECKING:
     from vgraph.distributed.tp_workers import TPWorkers
@@ -168,7 +169,10 @@ class EngineCore:
         for req in sched.requests:
             if req.scheduled_time is None:  # for the queue-time metric, sent with its 1st token
                 req.scheduled_time = now
-        runner_out, failed = self.execute_isolated(sched, self.grammar_bitmask(sched))
+        bitmask_fn = None  # filled by the runner while the device computes the logits
+        if self.structured is not None and self.structured.matchers:
+            bitmask_fn = functools.partial(self.grammar_bitmask, sched)
+        runner_out, failed = self.execute_isolated(sched, bitmask_fn)
         self.num_steps += 1
         outputs += [
             EngineCoreOutput(req.request_id, [], finish_reason="error", error=req.error)
@@ -228,7 +232,7 @@ class EngineCore:
         return self.structured.grammar_bitmask(sched.requests, samples)
 
     def execute_isolated(
-        self, sched: SchedulerOutput, grammar_bitmask: torch.Tensor | None = None
+        self, sched: SchedulerOutput, grammar_bitmask: BitmaskFn | None = None
     ) -> tuple[ModelRunnerOutput, list[Request]]:
         """Run the step; if it raises, run each request alone and finish those that fail alone
         with an error (their results are placeholders, skipped by the scheduler)."""
@@ -240,9 +244,7 @@ class EngineCore:
                 results: list[ModelRunnerOutput | Exception] = [batch_error]
             else:
                 results = [
-                    self._execute_alone(
-                        sched, i, None if grammar_bitmask is None else grammar_bitmask[i : i + 1]
-                    )
+                    self._execute_alone(sched, i, grammar_bitmask)
                     for i in range(len(sched.requests))
                 ]
             failed = [r for r, res in zip(sched.requests, results) if isinstance(res, Exception)]
@@ -269,13 +271,20 @@ class EngineCore:
         return ModelRunnerOutput(token_ids, logprobs, prompt_logprobs), failed
 
     def _execute_alone(
-        self, sched: SchedulerOutput, i: int, grammar_bitmask: torch.Tensor | None
+        self, sched: SchedulerOutput, i: int, grammar_bitmask: BitmaskFn | None
     ) -> ModelRunnerOutput | Exception:
         alone = SchedulerOutput(
             [sched.requests[i]], [sched.num_scheduled_tokens[i]], [sched.block_ids[i]]
         )
+        row = None
+        if grammar_bitmask is not None:
+
+            def row() -> torch.Tensor | None:
+                full = grammar_bitmask()
+                return None if full is None else full[i : i + 1]
+
         try:
-            return self.runner.execute_model(alone, grammar_bitmask)
+            return self.runner.execute_model(alone, row)
         except Exception as e:  # noqa: BLE001 - this request's own failure, reported by the caller
             return e
 

@@ -7,7 +7,8 @@ Lifecycle of a request with structured_outputs:
   2. the engine core holds it back from the scheduler until poll() says its grammar is ready
      (or failed: then it ends with finish_reason "error" and the reason);
   3. each step that samples for it, grammar_bitmask() fills its row of the bitmask from its
-     matcher (other rows allow everything); the sampler masks the logits with it on the device;
+     matcher (other rows allow everything; rows fill in parallel, while the device computes the
+     step's logits); the sampler masks the logits with it on the device;
   4. accept() feeds each sampled token to its matcher. Once the grammar is complete only the
      end-of-sequence tokens stay allowed, so the request stops as any other.
 The tokenizer is loaded here on first use (the engine core has none otherwise). Not thread-safe
@@ -28,6 +29,7 @@ from vgraph.structured_output.grammar import build_grammar, import_xgrammar
 
 logger = logging.getLogger(__name__)
 MAX_COMPILE_THREADS = 2  # grammar compiles at once; more would take cores from the busy loop
+MAX_FILL_THREADS = 4  # threads filling one step's bitmask rows
 
 
 class StructuredOutputManager:
@@ -38,6 +40,7 @@ class StructuredOutputManager:
         self._executor = ThreadPoolExecutor(MAX_COMPILE_THREADS, "vgraph-grammar")
         self._futures: dict[str, Future[Any]] = {}
         self.matchers: dict[str, Any] = {}  # request id -> xgrammar.GrammarMatcher
+        self._batch: Any = None  # xgrammar.BatchGrammarMatcher: fills many rows at once
 
     def _compile(self, request: Request) -> Any:
         """On a worker thread: the request's grammar compiled against the tokenizer."""
@@ -99,10 +102,12 @@ class StructuredOutputManager:
             return None
         xgr = import_xgrammar()
         bitmask = xgr.allocate_token_bitmask(len(requests), self.vocab_size)  # all allowed
-        for i in rows:
-            matcher = self.matchers[requests[i].request_id]
-            if not matcher.is_terminated():
-                matcher.fill_next_token_bitmask(bitmask, i)
+        rows = [i for i in rows if not self.matchers[requests[i].request_id].is_terminated()]
+        if rows:  # on xgrammar's threads, without the GIL
+            matchers = [self.matchers[requests[i].request_id] for i in rows]
+            if self._batch is None:
+                self._batch = xgr.BatchGrammarMatcher(MAX_FILL_THREADS)
+            self._batch.batch_fill_next_token_bitmask(matchers, bitmask, rows)
         return bitmask
 
     def accept(self, request: Request, token_id: int) -> None:

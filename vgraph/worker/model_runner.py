@@ -62,6 +62,7 @@ from vgraph.worker.prompt_logprobs import (
 from vgraph.worker.sampling_inputs import build_sampling_metadata
 
 logger = logging.getLogger(__name__)
+BitmaskFn = Callable[[], "torch.Tensor | None"]  # -> [R, ceil(V / 32)] int32 host bitmask
 
 
 class ForwardWithLogits:
@@ -269,10 +270,10 @@ class ModelRunner:
     # ---- one step ---------------------------------------------------------------------------
     @torch.inference_mode()
     def execute_model(
-        self,
-        sched: SchedulerOutput,
-        grammar_bitmask: torch.Tensor | None = None,  # [R, ceil(V / 32)] int32, host
+        self, sched: SchedulerOutput, grammar_bitmask: BitmaskFn | None = None
     ) -> ModelRunnerOutput:
+        """grammar_bitmask: called once the forward is issued, so that the host fills the
+        structured-output bitmask while the device computes the logits."""
         for rid in sched.finished_req_ids:
             self.generators.pop(rid, None)
         num_prefix_blocks = self.cascade_prefix_blocks(sched)
@@ -287,7 +288,8 @@ class ModelRunner:
             )
         else:
             logits, prompt_lps = self.execute_forward(step, common, mode, key), {}
-        out = self.sample(sched, step, logits, grammar_bitmask)
+        bitmask = None if grammar_bitmask is None else grammar_bitmask()
+        out = self.sample(sched, step, logits, bitmask)
         result = self.to_host(sched, out)
         result.prompt_logprobs = prompt_lps
         return result
