@@ -237,7 +237,7 @@ class EngineCore:
         """Run the step; if it raises, run each request alone and finish those that fail alone
         with an error (their results are placeholders, skipped by the scheduler)."""
         try:
-            return self.runner.execute_model(sched, grammar_bitmask), []
+            return self._execute(sched, grammar_bitmask), []
         except Exception as batch_error:
             logger.exception("a step of %d request(s) failed; isolating", len(sched.requests))
             if len(sched.requests) == 1:
@@ -270,6 +270,14 @@ class EngineCore:
                 self.structured.forget(rid)
         return ModelRunnerOutput(token_ids, logprobs, prompt_logprobs), failed
 
+    def _execute(
+        self, sched: SchedulerOutput, grammar_bitmask: BitmaskFn | None
+    ) -> ModelRunnerOutput:
+        """The runner's step; a step without structured outputs passes the schedule alone."""
+        if grammar_bitmask is None:
+            return self.runner.execute_model(sched)
+        return self.runner.execute_model(sched, grammar_bitmask)
+
     def _execute_alone(
         self, sched: SchedulerOutput, i: int, grammar_bitmask: BitmaskFn | None
     ) -> ModelRunnerOutput | Exception:
@@ -284,7 +292,7 @@ class EngineCore:
                 return None if full is None else full[i : i + 1]
 
         try:
-            return self.runner.execute_model(alone, row)
+            return self._execute(alone, row)
         except Exception as e:  # noqa: BLE001 - this request's own failure, reported by the caller
             return e
 
