@@ -3,8 +3,6 @@ named as the field with xgrammar's reason, and the new SamplingParams fields' bo
 
 from __future__ import annotations
 
-import json
-
 import msgspec
 import pytest
 

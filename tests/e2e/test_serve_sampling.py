@@ -271,3 +271,49 @@ def test_echo_with_logprobs(
     streamed = client.completions.create(echo=True, stream=True, **kw)
     chunks = [c.choices[0].text for c in streamed if c.choices]
     assert chunks[0].startswith(PROMPT) and "".join(chunks) == choice.text
+
+
+FORCED_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "set_unit",
+            "parameters": {
+                "type": "object",
+                "properties": {"unit": {"type": "string", "enum": ["celsius", "kelvin"]}},
+                "required": ["unit"],
+            },
+        },
+    }
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_forced_tool_choice_gives_valid_calls(
+    client: openai.OpenAI, server: ServerProcess, tokenizer: Any, stream: bool
+) -> None:
+    """tool_choice required / named on a random model that never writes a call by itself: the
+    structured output makes the reply a valid call (for required, "]" is biased so the array
+    closes after its first call rather than run to max_tokens)."""
+    (close,) = tokenizer.encode("]", add_special_tokens=False)
+    named = {"type": "function", "function": {"name": "set_unit"}}
+    for tool_choice, bias in ((named, None), ("required", {str(close): 100})):
+        kw = {
+            "model": server.model_name,
+            "messages": [{"role": "user", "content": "Switch to celsius."}],
+            "tools": FORCED_TOOLS,
+            "tool_choice": tool_choice,
+            "max_tokens": 60,
+            "temperature": 0,
+            "logit_bias": bias,
+        }
+        if stream:
+            chunks = list(client.chat.completions.create(stream=True, **kw))
+            calls = [c for ch in chunks for c in ch.choices[0].delta.tool_calls or []]
+            finish = chunks[-1].choices[0].finish_reason
+        else:
+            choice = client.chat.completions.create(**kw).choices[0]
+            calls, finish = choice.message.tool_calls or [], choice.finish_reason
+        assert finish == "tool_calls" and len(calls) >= 1, (tool_choice, calls)
+        assert calls[0].function.name == "set_unit"
+        assert json.loads(calls[0].function.arguments)["unit"] in ("celsius", "kelvin")
