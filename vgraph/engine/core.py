@@ -120,6 +120,13 @@ class EngineCore:
         if bad is not None:
             raise ValueError(f"EOS token id {bad} is outside the vocabulary [0, {mc.vocab_size})")
         request.sampling_params.check_vocab(mc.vocab_size)
+        if (
+            request.sampling_params.prompt_logprobs is not None
+            and self.config.parallel_config.tensor_parallel_size > 1
+        ):  # its extra LM-head call on rank 0 would have no partner on the worker ranks
+            raise ValueError(
+                "prompt_logprobs is not supported with tensor_parallel_size > 1; leave it out"
+            )
 
     def abort_requests(self, request_ids: list[str]) -> None:
         self.scheduler.abort_requests(request_ids)
