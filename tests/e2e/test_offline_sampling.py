@@ -110,3 +110,22 @@ def test_structured_output_under_full_graphs(tiny_llama: str, tokenizer_dir) -> 
         assert llm.engine.client.core.runner.graph_stats.steps["FULL"] >= 1
     finally:
         llm.shutdown()
+
+
+def test_prompt_logprobs_bypass_the_prefix_cache(tiny_llama: str) -> None:
+    """A cached prefix is not computed again, so a request scoring its prompt takes no hits."""
+    prompt = list(range(100, 150))  # three whole blocks
+    llm = LLM(tiny_llama, max_model_len=256, multiprocess=False, enable_prefix_caching=True)
+    try:
+        first = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=2), use_tqdm=False)
+        again = llm.generate(
+            [prompt], SamplingParams(temperature=0, max_tokens=2, prompt_logprobs=1), use_tqdm=False
+        )[0]
+        assert len(again.prompt_logprobs) == len(prompt) and again.prompt_logprobs[0] is None
+        assert all(prompt[i] in again.prompt_logprobs[i] for i in range(1, len(prompt)))
+        assert again.num_cached_tokens == 0
+        assert again.outputs[0].token_ids == first[0].outputs[0].token_ids
+        cached = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=2), use_tqdm=False)
+        assert cached[0].num_cached_tokens == 48  # the cache itself still serves others
+    finally:
+        llm.shutdown()

@@ -69,6 +69,8 @@ class KVCacheManager:
         they hold. Changes nothing; pass the blocks to allocate_slots to take them."""
         if not self.enable_caching or request.num_computed_tokens > 0:
             return [], 0
+        if request.sampling_params.prompt_logprobs is not None:
+            return [], 0  # every prompt token is scored, so every one is computed (as vLLM)
         hashes = self._block_hashes(request)
         # the last token is always computed: a hit may cover at most num_tokens - 1 tokens
         max_blocks = (request.num_tokens - 1) // self.block_size
