@@ -6,7 +6,8 @@ No host sync: the per-request parameters arrive as tensors built by the runner, 
 Logprobs are those of the model's raw distribution (before temperature and truncation), as vLLM's.
 Processors (sample/logits_processors.py) run first, in vLLM's order: bans (min_tokens, bad words),
 the structured-output bitmask, allowed_token_ids, logit_bias, penalties; each only when some row
-of the batch asks for it.
+of the batch asks for it. On CUDA with flashinfer installed, top-k/top-p steps without seeded
+requests or min_p sample with FlashInfer's fused kernel (sample/flashinfer_sampling.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from vgraph.sample import flashinfer_sampling
 from vgraph.sample.logits_processors import (
     AllowedInputs,
     PenaltyInputs,
@@ -99,6 +101,8 @@ class Sampler:
         # greedy rows get temperature 1 here; their sample is discarded by the caller
         temp = torch.where(md.temperature == 0.0, 1.0, md.temperature)
         logits = logits / temp[:, None]
+        if flashinfer_sampling.fast_path_applies(logits, md):
+            return flashinfer_sampling.sample_top_k_top_p(logits, md)
         if md.need_top_k or md.need_top_p:
             logits = apply_top_k_top_p(
                 logits, md.top_k if md.need_top_k else None, md.top_p if md.need_top_p else None
