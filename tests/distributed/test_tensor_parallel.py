@@ -115,7 +115,7 @@ def _gone(pid: int) -> bool:
 def test_killed_worker_ends_the_engine_with_a_clear_error(tiny_llama) -> None:
     llm = LLM(
         str(tiny_llama),
-        max_model_len=256,
+        max_model_len=512,
         multiprocess=True,
         tensor_parallel_size=2,
         cpu_kv_cache_bytes=KV_BYTES,
@@ -124,11 +124,12 @@ def test_killed_worker_ends_the_engine_with_a_clear_error(tiny_llama) -> None:
     core = llm.engine.client.proc
     try:
         (worker,) = _children(core.pid)
+        # the core steps on its own: the worker dies while this request is far from done, also
+        # when a loaded machine leaves this process waiting (a request that finished before the
+        # kill would leave nothing to wait for)
         llm.engine.add_tokenized(
-            "0", None, [1, 2, 3], SamplingParams(max_tokens=200, ignore_eos=True)
+            "0", None, [1, 2, 3], SamplingParams(max_tokens=500, ignore_eos=True)
         )
-        llm.engine.step()
-        assert llm.engine.last_stats.num_steps >= 1  # steps are running on both ranks
         os.kill(worker, signal.SIGKILL)
         t0 = time.monotonic()
         with pytest.raises(EngineDeadError, match="tensor parallel worker rank 1") as info:

@@ -49,6 +49,7 @@ class TPWorkers:
         self.folder = tempfile.mkdtemp(prefix="vgraph-tp-")
         self.rendezvous_file = os.path.join(self.folder, "rendezvous")
         self.dead_reason: str | None = None
+        self.died = threading.Event()  # set with dead_reason
         self.stopping = False
         tp = config.parallel_config.tensor_parallel_size
         self.ctx = zmq.Context()
@@ -86,7 +87,11 @@ class TPWorkers:
         for sock in self.sockets:
             sock.send(data)
 
-    def check_alive(self) -> None:
+    def check_alive(self, wait_s: float = 0.0) -> None:
+        """Raise RuntimeError naming the dead rank if one died (waiting up to wait_s for the
+        watchdog to notice: a failed collective usually reports before the sentinel does)."""
+        if wait_s:
+            self.died.wait(wait_s)
         if self.dead_reason is not None:
             raise RuntimeError(self.dead_reason)
 
@@ -101,6 +106,7 @@ class TPWorkers:
             f"tensor parallel worker rank {rank} (pid {proc.pid}) died with exit code "
             f"{proc.exitcode}"
         )
+        self.died.set()
         logger.error("%s; stopping the other ranks", self.dead_reason)
         self.kill()
         if self.on_death is not None:

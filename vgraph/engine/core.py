@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 GRAPH_STATS_EVERY = 64  # steps between two GraphStats sent along with the outputs
 GRAMMAR_WAIT_S = 0.01  # an idle step waits this long for a grammar compile before returning
+WORKER_DEATH_WAIT_S = 5.0  # tp > 1: a failed step waits this long for the watchdog to name a rank
 
 
 class EngineCore:
@@ -246,6 +247,12 @@ class EngineCore:
         try:
             return self._execute(sched, grammar_bitmask), []
         except Exception as batch_error:
+            if self.workers is not None:
+                # a failed step at tp > 1 is a broken group (a dead rank, or ranks out of step
+                # that a per-request retry would only desync further): fatal, naming the dead
+                # rank when the watchdog sees one
+                self.workers.check_alive(wait_s=WORKER_DEATH_WAIT_S)
+                raise
             logger.exception("a step of %d request(s) failed; isolating", len(sched.requests))
             if len(sched.requests) == 1:
                 results: list[ModelRunnerOutput | Exception] = [batch_error]
