@@ -72,12 +72,22 @@ class AttentionImpl(ABC):
     (graph-safe for every backend: the piecewise split captures it in the piece before
     attention), then attention over the cache (the eager op between pieces)."""
 
+    _split: tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]] | None = None
+
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float) -> None:
         assert num_heads % num_kv_heads == 0
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.scale = scale
+
+    def key_value_caches(self, kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(kv_cache[0], kv_cache[1]), made once: a layer's cache never changes, and two view ops
+        per call are host time between the captured pieces."""
+        split = self._split
+        if split is None or split[0] is not kv_cache:
+            split = self._split = (kv_cache, (kv_cache[0], kv_cache[1]))
+        return split[1]
 
     @abstractmethod
     def write_kv_cache(

@@ -22,8 +22,6 @@ from vgraph.torch_internals import dispatch_has_kernel
 
 
 class CsrcAttentionImpl(AttentionImpl):
-    _split: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float) -> None:
         super().__init__(num_heads, num_kv_heads, head_dim, scale)
         # the library is loaded per process: the engine core's own process never ran the
@@ -33,14 +31,6 @@ class CsrcAttentionImpl(AttentionImpl):
                 f"the csrc attention backend needs vgraph._C: {ext_unavailable_reason()}"
             )
 
-    def _key_value_caches(self, kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """kv_cache[0], kv_cache[1], made once: a layer's cache never changes, and two view ops
-        per call are host time between the captured pieces."""
-        split = self._split
-        if split is None or split[0] is not kv_cache:
-            split = self._split = (kv_cache, kv_cache[0], kv_cache[1])
-        return split[1], split[2]
-
     def write_kv_cache(
         self,
         key: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
@@ -48,7 +38,7 @@ class CsrcAttentionImpl(AttentionImpl):
         kv_cache: torch.Tensor,  # [2, num_blocks, block_size, num_kv_heads, head_dim]
         metadata: CommonAttentionMetadata,
     ) -> None:
-        key_cache, value_cache = self._key_value_caches(kv_cache)
+        key_cache, value_cache = self.key_value_caches(kv_cache)
         torch.ops.vgraph_C.reshape_and_cache.default(
             key, value, key_cache, value_cache, metadata.slot_mapping
         )
@@ -60,7 +50,7 @@ class CsrcAttentionImpl(AttentionImpl):
         metadata: CommonAttentionMetadata,
         output: torch.Tensor,  # [num_tokens, num_heads, head_dim]
     ) -> None:
-        key_cache, value_cache = self._key_value_caches(kv_cache)
+        key_cache, value_cache = self.key_value_caches(kv_cache)
         if metadata.num_common_prefix_blocks:
             torch.ops.vgraph_C.cascade_attention.default(
                 output,

@@ -89,14 +89,7 @@ class FlashInferPlan:
 
 
 class FlashInferAttentionImpl(AttentionImpl):
-    _split: tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]] | None = None
     _use_csrc_write: bool | None = None
-
-    def _key_value_caches(self, kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        split = self._split
-        if split is None or split[0] is not kv_cache:
-            split = self._split = (kv_cache, (kv_cache[0], kv_cache[1]))
-        return split[1]
 
     def write_kv_cache(
         self,
@@ -111,7 +104,7 @@ class FlashInferAttentionImpl(AttentionImpl):
 
             self._use_csrc_write = use_cuda_op(key, "reshape_and_cache")
         if self._use_csrc_write:
-            key_cache, value_cache = self._key_value_caches(kv_cache)
+            key_cache, value_cache = self.key_value_caches(kv_cache)
             torch.ops.vgraph_C.reshape_and_cache.default(
                 key, value, key_cache, value_cache, metadata.slot_mapping
             )
@@ -126,7 +119,7 @@ class FlashInferAttentionImpl(AttentionImpl):
         output: torch.Tensor,  # [num_tokens, num_heads, head_dim]
     ) -> None:
         plan: FlashInferPlan = metadata.backend_plan
-        n, caches = plan.num_rows, self._key_value_caches(kv_cache)
+        n, caches = plan.num_rows, self.key_value_caches(kv_cache)
         if plan.prefix is None:
             plan.wrapper.run(query[:n], caches, out=output[:n])
         else:  # cascade: the shared prefix once for every query, then each request's suffix
@@ -208,8 +201,21 @@ class FlashInferPlanner(AttentionPlanner):
         indptr, indices, last = paged_kv_arrays(
             common.block_table_cpu, seq_lens, len(seq_lens), s.block_size
         )
-        self.prefill.plan(
-            common.query_start_loc_cpu[: common.num_reqs + 1],
+        qo_indptr = common.query_start_loc_cpu[: common.num_reqs + 1]
+        self._plan_paged_prefill(self.prefill, qo_indptr, indptr, indices, last, causal=True)
+
+    def _plan_paged_prefill(
+        self,
+        wrapper: Any,
+        qo_indptr: torch.Tensor,  # [batch + 1] int32, host
+        indptr: torch.Tensor,  # [batch + 1] int32, host
+        indices: torch.Tensor,  # [pages] int32, host
+        last: torch.Tensor,  # [batch] int32, host
+        causal: bool,
+    ) -> None:
+        s = self.spec
+        wrapper.plan(
+            qo_indptr,
             indptr,
             indices,
             last,
@@ -217,7 +223,7 @@ class FlashInferPlanner(AttentionPlanner):
             s.num_kv_heads,
             s.head_dim,
             s.block_size,
-            causal=True,
+            causal=causal,
             sm_scale=s.scale,
             q_data_type=s.dtype,
             kv_data_type=s.dtype,
@@ -233,19 +239,13 @@ class FlashInferPlanner(AttentionPlanner):
         s, n = self.spec, common.num_reqs
         p = common.num_common_prefix_blocks
         shared = common.block_table_cpu[0, :p].contiguous()
-        self.prefix.plan(
+        self._plan_paged_prefill(
+            self.prefix,
             torch.tensor([0, n], dtype=torch.int32),
             torch.tensor([0, p], dtype=torch.int32),
             shared,
             torch.tensor([s.block_size], dtype=torch.int32),
-            s.num_heads,
-            s.num_kv_heads,
-            s.head_dim,
-            s.block_size,
             causal=False,
-            sm_scale=s.scale,
-            q_data_type=s.dtype,
-            kv_data_type=s.dtype,
         )
         suffix_lens = seq_lens - p * s.block_size
         self._plan_decode(self.decode, common.block_table_cpu[:, p:], suffix_lens, n)
