@@ -67,6 +67,16 @@ TORCH_LIBRARY(vgraph_C, m) {
   m.def(
       "rms_norm_gate_up_silu(Tensor(a!) out, Tensor hidden, Tensor norm_weight, float eps, "
       "Tensor weight, int? max_gemv_tokens=None) -> ()");
+
+  // Logits processors of a sampling step in one pass (sampling_cuda.cu; CUDA only: the CPU runs
+  // the torch path of vgraph/sample/logits_processors.py). out/logits float32 [R, V]; per row r,
+  // entries row_ptr[r]..row_ptr[r + 1] of codes (token_id << 3 | kind: 0 output token, 1 prompt
+  // token, 2 logit_bias with its value, 3 banned, 4 allowed) and values; params [R, 4] =
+  // presence, frequency, repetition, restricted (1: only allowed entries stay); bitmask int32
+  // [R, ceil(V / 32)], bit t % 32 of word t // 32 set = token t allowed.
+  m.def(
+      "apply_logits_processors(Tensor(a!) out, Tensor logits, Tensor? bitmask, Tensor row_ptr, "
+      "Tensor codes, Tensor values, Tensor params) -> ()");
 }
 
 // Lets `import vgraph._C` load the library too (torch.ops.load_library is the usual way).

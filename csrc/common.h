@@ -118,4 +118,41 @@ inline AttentionShape check_cascade_attention(const at::Tensor& out, const at::T
   return s;
 }
 
+// apply_logits_processors: float32 logits [R, V] (rows may be strided), the packed per-row entry
+// lists (CSR: row_ptr int32 [R + 1], codes int32 [N], values float32 [N]), params float32 [R, 4],
+// and an optional structured-output bitmask int32 [R, >= ceil(V / 32)].
+inline void check_logits_processors(const at::Tensor& out, const at::Tensor& logits,
+                                    const std::optional<at::Tensor>& bitmask,
+                                    const at::Tensor& row_ptr, const at::Tensor& codes,
+                                    const at::Tensor& values, const at::Tensor& params) {
+  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.stride(1) == 1,
+              "logits must be float32 [num_rows, vocab] with contiguous rows, got ",
+              logits.scalar_type(), " ", logits.sizes());
+  TORCH_CHECK(out.sizes() == logits.sizes() && out.scalar_type() == at::kFloat &&
+                  out.stride(1) == 1 && out.device() == logits.device(),
+              "out must be float32 ", logits.sizes(), " on ", logits.device());
+  const int64_t rows = logits.size(0);
+  auto check_vec = [&](const at::Tensor& t, const char* name, at::ScalarType dtype) {
+    TORCH_CHECK(t.dim() == 1 && t.is_contiguous() && t.scalar_type() == dtype &&
+                    t.device() == logits.device(),
+                name, " must be a contiguous ", dtype, " vector on ", logits.device());
+  };
+  check_vec(row_ptr, "row_ptr", at::kInt);
+  check_vec(codes, "codes", at::kInt);
+  check_vec(values, "values", at::kFloat);
+  TORCH_CHECK(row_ptr.size(0) == rows + 1, "row_ptr must be [num_rows + 1], got ",
+              row_ptr.sizes());
+  TORCH_CHECK(values.size(0) == codes.size(0), "values and codes lengths differ");
+  TORCH_CHECK(params.dim() == 2 && params.size(0) == rows && params.size(1) == 4 &&
+                  params.is_contiguous() && params.scalar_type() == at::kFloat &&
+                  params.device() == logits.device(),
+              "params must be contiguous float32 [num_rows, 4], got ", params.sizes());
+  if (bitmask) {
+    TORCH_CHECK(bitmask->dim() == 2 && bitmask->size(0) == rows &&
+                    bitmask->size(1) * 32 >= logits.size(1) && bitmask->stride(1) == 1 &&
+                    bitmask->scalar_type() == at::kInt && bitmask->device() == logits.device(),
+                "bitmask must be int32 [num_rows, ceil(vocab / 32)], got ", bitmask->sizes());
+  }
+}
+
 }  // namespace vgraph

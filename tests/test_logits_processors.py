@@ -28,7 +28,7 @@ def requests(params: list[SamplingParams], outputs: list[list[int]]) -> list[Req
 
 
 def processed(logits: torch.Tensor, reqs: list[Request], **kw: object) -> torch.Tensor:
-    md = build_sampling_metadata(reqs, {}, CPU, VOCAB, **kw)
+    md = build_sampling_metadata(reqs, {}, CPU, **kw)
     return Sampler.process(logits.clone(), md)
 
 
@@ -80,9 +80,8 @@ def test_neutral_values_leave_the_logits_alone() -> None:
         logit_bias={},
     )
     reqs = requests([neutral] * 3, [[1], [2, 3], []])
-    md = build_sampling_metadata(reqs, {}, CPU, VOCAB)
-    assert md.penalties is None and md.logit_bias is None and md.allowed is None
-    assert md.banned is None and md.grammar_bitmask is None
+    md = build_sampling_metadata(reqs, {}, CPU)
+    assert md.processors is None
     assert torch.equal(Sampler()(logits, md).token_ids, logits.argmax(-1))
 
 
@@ -94,7 +93,7 @@ def test_logit_bias_adds_and_forces() -> None:
         got[0, 6], logits[0, 6] - 3.5
     )
     assert torch.equal(got[1], logits[1])
-    md = build_sampling_metadata(reqs, {}, CPU, VOCAB)
+    md = build_sampling_metadata(reqs, {}, CPU)
     assert Sampler()(logits, md).token_ids[0].item() == 5
 
 

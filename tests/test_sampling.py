@@ -24,7 +24,7 @@ def sample(
     """One sampler call for requests with these params (ids name them for their generators)."""
     ids = ids or [str(i) for i in range(len(params))]
     reqs = [Request(rid, [1], p, frozenset()) for rid, p in zip(ids, params)]
-    md = build_sampling_metadata(reqs, {} if generators is None else generators, CPU, VOCAB)
+    md = build_sampling_metadata(reqs, {} if generators is None else generators, CPU)
     return Sampler()(logits, md)
 
 

@@ -43,6 +43,7 @@ CUDA_SOURCES = [
     "decode_gemv_residual.cu",
     "decode_gemv_silu.cu",
     "decode_gemv_qkv.cu",
+    "sampling_cuda.cu",
 ]
 
 

@@ -1,12 +1,18 @@
-"""Logits processors: bans, allowed-token lists, logit_bias and the three penalties, on the device.
+"""Logits processors: bans, allowed-token lists, logit_bias, the structured-output bitmask and the
+three penalties, on the device, in one pass.
 
-Each takes the step's logits [R, V] float32 and device tensors built by the runner
-(worker/sampling_inputs.py), returns new logits, and never reads a value back to the host: no
-boolean indexing, no `.item()`. They run on the logits a graph replay returned, outside every
-captured graph, so graph replay is the same with or without them. The sampler calls only those
-some row of the batch asks for; a row at its neutral value is left as it was.
+The runner packs what the step's requests ask for into ProcessorInputs (worker/sampling_inputs.py):
+per row a list of entries (a token id, its kind and, for logit_bias, a value), CSR-packed and copied
+in one transfer, plus per-row penalty values. apply_processors rewrites the step's logits [R, V]
+float32 from them: on CUDA with one kernel (vgraph_C::apply_logits_processors, csrc/
+sampling_cuda.cu), elsewhere with the torch path below, which is also the kernel's oracle. Neither
+reads a value back to the host. They run on the logits a graph replay returned, outside every
+captured graph, so graph replay is the same with or without them. A row at its neutral values is
+left as it was.
 
-Penalties follow vLLM (and so the OpenAI and Hugging Face definitions):
+Order and definitions follow vLLM (and so the OpenAI and Hugging Face definitions):
+  bans (min_tokens, bad words), the bitmask and allowed lists mask tokens with -inf;
+  logit_bias adds its value;
   repetition (r): a token seen in the prompt or the output has its logit divided by r when
       positive, multiplied by r when not;
   frequency (f) and presence (p): logit -= f * count_in_output + p * (count_in_output > 0).
@@ -14,66 +20,78 @@ Penalties follow vLLM (and so the OpenAI and Hugging Face definitions):
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 import torch
 
+from vgraph._ext import use_cuda_op
+
+
+class Kind(enum.IntEnum):
+    """What an entry says about its token (the low KIND_BITS of its code)."""
+
+    OUTPUT = 0  # one occurrence in the output (frequency, presence, repetition)
+    PROMPT = 1  # occurs in the prompt (repetition)
+    BIAS = 2  # logit_bias: add the entry's value
+    BAN = 3  # may not be sampled this step (min_tokens, bad words)
+    ALLOW = 4  # stays allowed in a row restricted to its allowed_token_ids
+
+
+KIND_BITS = 3
+NUM_PARAMS = 4  # per row: presence, frequency, repetition, restricted (1.0: allowed list)
+NEUTRAL_PARAMS = (0.0, 0.0, 1.0, 0.0)
+
 
 @dataclass
-class PenaltyInputs:
-    presence: torch.Tensor  # [R] float32; 0 is off
-    frequency: torch.Tensor  # [R] float32; 0 is off
-    repetition: torch.Tensor  # [R] float32; 1 is off
-    output_token_ids: torch.Tensor  # [R, L] int64, padded with V (a column that is dropped)
-    prompt_token_ids: torch.Tensor  # [R, P] int64, padded with V
+class ProcessorInputs:
+    row_ptr: torch.Tensor  # [R + 1] int32: row r's entries are codes[row_ptr[r]:row_ptr[r + 1]]
+    codes: torch.Tensor  # [N] int32: token_id << KIND_BITS | kind
+    values: torch.Tensor  # [N] float32: the bias of a BIAS entry, else 0
+    params: torch.Tensor  # [R, NUM_PARAMS] float32
+    bitmask: torch.Tensor | None = None  # [R, ceil(V / 32)] int32 (xgrammar's layout)
 
 
-@dataclass
-class AllowedInputs:
-    restricted_rows: torch.Tensor  # [A] int64: rows that have an allowed list
-    pairs: tuple[torch.Tensor, torch.Tensor]  # ([K] rows, [K] token ids) that stay allowed
+def apply_processors(logits: torch.Tensor, p: ProcessorInputs) -> torch.Tensor:
+    """[R, V] float32 -> new processed logits (the input is left alone: logprobs read it)."""
+    if use_cuda_op(logits, "apply_logits_processors"):
+        out = torch.empty_like(logits)
+        torch.ops.vgraph_C.apply_logits_processors(
+            out, logits, p.bitmask, p.row_ptr, p.codes, p.values, p.params
+        )
+        return out
+    return apply_processors_torch(logits, p)
 
 
-def apply_bans(
-    logits: torch.Tensor,  # [R, V]
-    banned: tuple[torch.Tensor, torch.Tensor],  # ([K] rows, [K] token ids)
-) -> torch.Tensor:
-    return logits.index_put(banned, torch.tensor(float("-inf"), device=logits.device))
-
-
-def apply_allowed(logits: torch.Tensor, allowed: AllowedInputs) -> torch.Tensor:
-    """Rows with an allowed list keep only those tokens; other rows are untouched."""
-    blocked = torch.zeros_like(logits, dtype=torch.bool)  # [R, V]
-    blocked[allowed.restricted_rows] = True
-    blocked.index_put_(allowed.pairs, torch.tensor(False, device=logits.device))
-    return logits.masked_fill(blocked, float("-inf"))
-
-
-def apply_logit_bias(
-    logits: torch.Tensor,  # [R, V]
-    bias: tuple[torch.Tensor, torch.Tensor, torch.Tensor],  # ([K] rows, [K] ids, [K] float32)
-) -> torch.Tensor:
-    rows, cols, values = bias
-    return logits.index_put((rows, cols), values, accumulate=True)
-
-
-def token_counts(token_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """[R, L] ids padded with vocab_size -> [R, V] int32 counts (the pad column is dropped)."""
-    counts = torch.zeros(
-        token_ids.shape[0], vocab_size + 1, dtype=torch.int32, device=token_ids.device
+def apply_processors_torch(logits: torch.Tensor, p: ProcessorInputs) -> torch.Tensor:
+    """The same in torch ops: one index_add gathers every entry into [kind, R, V] planes."""
+    rows, vocab = logits.shape
+    n = p.codes.shape[0]
+    row_of = torch.repeat_interleave(
+        torch.arange(rows, device=logits.device), p.row_ptr.diff(), output_size=n
     )
-    counts.scatter_add_(1, token_ids, torch.ones_like(token_ids, dtype=torch.int32))
-    return counts[:, :vocab_size]
+    kinds = (p.codes & ((1 << KIND_BITS) - 1)).long()
+    ids = (p.codes >> KIND_BITS).long()
+    planes = torch.zeros(len(Kind), rows, vocab, dtype=torch.float32, device=logits.device)
+    weights = torch.where(kinds == Kind.BIAS, p.values, 1.0)
+    planes.view(-1).index_add_(0, (kinds * rows + row_of) * vocab + ids, weights)
+    counts, prompt, bias, banned, allowed = planes.unbind(0)
+    presence, frequency, repetition, restricted = p.params.unbind(1)
+    masked = (banned > 0) | ((restricted[:, None] != 0) & (allowed == 0))
+    if p.bitmask is not None:
+        masked |= ~bitmask_allowed(p.bitmask, vocab)
+    x = logits.masked_fill(masked, float("-inf")) + bias
+    rep = torch.where((prompt > 0) | (counts > 0), repetition[:, None], 1.0)
+    x = torch.where(x > 0, x / rep, x * rep)
+    x = x - frequency[:, None] * counts
+    return x - presence[:, None] * (counts > 0)
 
 
-def apply_penalties(logits: torch.Tensor, p: PenaltyInputs) -> torch.Tensor:
-    vocab = logits.shape[1]
-    out_counts = token_counts(p.output_token_ids, vocab)  # [R, V]
-    seen = (out_counts > 0) | (token_counts(p.prompt_token_ids, vocab) > 0)  # [R, V]
-    rep = torch.where(seen, p.repetition[:, None], 1.0)  # [R, V]
-    logits = torch.where(logits > 0, logits / rep, logits * rep)
-    logits = logits - p.frequency[:, None] * out_counts
-    return logits - p.presence[:, None] * (out_counts > 0)
+def bitmask_allowed(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
+    """[R, ceil(V / 32)] int32 -> [R, V] bool: bit t % 32 of word t // 32 set = allowed."""
+    shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)  # [32]
+    bits = (bitmask[:, :, None] >> shifts) & 1  # [R, W, 32]
+    return bits.flatten(1)[:, :vocab].bool()
 
 
 def apply_token_bitmask(
@@ -82,7 +100,4 @@ def apply_token_bitmask(
 ) -> torch.Tensor:
     """Structured outputs: tokens whose bit is clear get -inf (a row of all ones is untouched).
     The layout is xgrammar's, so its matchers fill the host rows directly."""
-    shifts = torch.arange(32, dtype=torch.int32, device=logits.device)  # [32]
-    bits = (bitmask[:, :, None] >> shifts) & 1  # [R, W, 32]
-    allowed = bits.flatten(1)[:, : logits.shape[1]].bool()  # [R, V]
-    return logits.masked_fill(~allowed, float("-inf"))
+    return logits.masked_fill(~bitmask_allowed(bitmask, logits.shape[1]), float("-inf"))

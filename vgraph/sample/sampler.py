@@ -5,9 +5,10 @@ No host sync: the per-request parameters arrive as tensors built by the runner, 
 (token ids, their logprobs and the top-n) stays on the device until the runner's one copy.
 Logprobs are those of the model's raw distribution (before temperature and truncation), as vLLM's.
 Processors (sample/logits_processors.py) run first, in vLLM's order: bans (min_tokens, bad words),
-the structured-output bitmask, allowed_token_ids, logit_bias, penalties; each only when some row
-of the batch asks for it. On CUDA with flashinfer installed, top-k/top-p steps without seeded
-requests or min_p sample with FlashInfer's fused kernel (sample/flashinfer_sampling.py).
+the structured-output bitmask, allowed_token_ids, logit_bias, penalties; one pass over the logits,
+only when some row of the batch asks for any. On CUDA with flashinfer installed, top-k/top-p steps
+without seeded requests or min_p sample with FlashInfer's fused kernel
+(sample/flashinfer_sampling.py).
 """
 
 from __future__ import annotations
@@ -17,15 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from vgraph.sample import flashinfer_sampling
-from vgraph.sample.logits_processors import (
-    AllowedInputs,
-    PenaltyInputs,
-    apply_allowed,
-    apply_bans,
-    apply_logit_bias,
-    apply_penalties,
-    apply_token_bitmask,
-)
+from vgraph.sample.logits_processors import ProcessorInputs, apply_processors
 
 
 @dataclass
@@ -41,13 +34,9 @@ class SamplingMetadata:
     need_top_p: bool
     need_min_p: bool
     max_num_logprobs: int | None  # top-n to return; None when no request asked for logprobs
-    # (rows, token ids) banned this step: stop tokens of requests still short of min_tokens,
-    # the last token of each bad word whose prefix the output ends with
-    banned: tuple[torch.Tensor, torch.Tensor] | None = None  # ([K] int64, [K] int64)
-    grammar_bitmask: torch.Tensor | None = None  # [R, ceil(V / 32)] int32
-    allowed: AllowedInputs | None = None
-    logit_bias: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # rows, ids, bias
-    penalties: PenaltyInputs | None = None
+    # bans (min_tokens, bad words), the grammar bitmask, allowed lists, logit_bias, penalties;
+    # None when no row of the step has any
+    processors: ProcessorInputs | None = None
 
 
 @dataclass
@@ -85,17 +74,7 @@ class Sampler:
     @staticmethod
     def process(logits: torch.Tensor, md: SamplingMetadata) -> torch.Tensor:
         """The logits processors some row asks for; [R, V] -> [R, V]."""
-        if md.banned is not None:
-            logits = apply_bans(logits, md.banned)
-        if md.grammar_bitmask is not None:
-            logits = apply_token_bitmask(logits, md.grammar_bitmask)
-        if md.allowed is not None:
-            logits = apply_allowed(logits, md.allowed)
-        if md.logit_bias is not None:
-            logits = apply_logit_bias(logits, md.logit_bias)
-        if md.penalties is not None:
-            logits = apply_penalties(logits, md.penalties)
-        return logits
+        return logits if md.processors is None else apply_processors(logits, md.processors)
 
     def _sample(self, logits: torch.Tensor, md: SamplingMetadata) -> torch.Tensor:
         # greedy rows get temperature 1 here; their sample is discarded by the caller

@@ -9,8 +9,13 @@ Lifecycle of a request with structured_outputs:
   3. each step that samples for it, grammar_bitmask() fills its row of the bitmask from its
      matcher (other rows allow everything; rows fill in parallel, while the device computes the
      step's logits); the sampler masks the logits with it on the device;
-  4. accept() feeds each sampled token to its matcher. Once the grammar is complete only the
-     end-of-sequence tokens stay allowed, so the request stops as any other.
+  4. accept() queues each sampled token for its matcher; the next fill feeds the queue to the
+     matchers in one batch first, so that host work too runs while the device computes. Once
+     the grammar is complete only the end-of-sequence tokens stay allowed, so the request stops
+     as any other.
+The step's bitmask is written into one host buffer kept across steps (pinned when CUDA is up, so
+its copy to the device does not wait for the host): the step's copy is done before the next step
+fills it again, since every step ends by reading its sampled tokens back.
 The tokenizer is loaded here on first use (the engine core has none otherwise). Not thread-safe
 beyond the compile step: only the busy loop calls these methods.
 """
@@ -41,6 +46,8 @@ class StructuredOutputManager:
         self._futures: dict[str, Future[Any]] = {}
         self.matchers: dict[str, Any] = {}  # request id -> xgrammar.GrammarMatcher
         self._batch: Any = None  # xgrammar.BatchGrammarMatcher: fills many rows at once
+        self._pending: list[tuple[str, int]] = []  # (request id, token) not yet accepted
+        self._bitmask = torch.empty(0, 0, dtype=torch.int32)  # the host buffer, grown as needed
 
     def _compile(self, request: Request) -> Any:
         """On a worker thread: the request's grammar compiled against the tokenizer."""
@@ -100,27 +107,58 @@ class StructuredOutputManager:
         ]
         if not rows:
             return None
-        xgr = import_xgrammar()
-        bitmask = xgr.allocate_token_bitmask(len(requests), self.vocab_size)  # all allowed
+        self.accept_pending()
+        bitmask = self._bitmask_rows(len(requests))
         rows = [i for i in rows if not self.matchers[requests[i].request_id].is_terminated()]
         if rows:  # on xgrammar's threads, without the GIL
             matchers = [self.matchers[requests[i].request_id] for i in rows]
             if self._batch is None:
-                self._batch = xgr.BatchGrammarMatcher(MAX_FILL_THREADS)
+                self._batch = import_xgrammar().BatchGrammarMatcher(MAX_FILL_THREADS)
             self._batch.batch_fill_next_token_bitmask(matchers, bitmask, rows)
         return bitmask
 
+    def _bitmask_rows(self, num_rows: int) -> torch.Tensor:
+        """The first num_rows rows of the host buffer, every token allowed."""
+        words = (self.vocab_size + 31) // 32
+        if self._bitmask.shape[0] < num_rows:
+            size = max(num_rows, 2 * self._bitmask.shape[0])
+            pin = torch.cuda.is_available()
+            self._bitmask = torch.empty(size, words, dtype=torch.int32, pin_memory=pin)
+        rows = self._bitmask[:num_rows]
+        rows.fill_(-1)
+        return rows
+
     def accept(self, request: Request, token_id: int) -> None:
-        matcher = self.matchers.get(request.request_id)
-        if matcher is None or matcher.is_terminated():
-            return
-        if not matcher.accept_token(token_id):
-            logger.warning(
-                "request %s: token %d does not fit its grammar", request.request_id, token_id
-            )
+        """Queue the sampled token for the request's matcher (fed before the next fill)."""
+        if request.request_id in self.matchers:
+            self._pending.append((request.request_id, token_id))
+
+    def accept_pending(self) -> None:
+        """Feed the queued tokens to their matchers, in batches of distinct matchers."""
+        xgr = import_xgrammar()
+        while self._pending:
+            batch: dict[str, int] = {}
+            rest: list[tuple[str, int]] = []
+            for rid, token in self._pending:
+                if rid in batch or rest:  # a second token of a matcher waits for the next batch
+                    rest.append((rid, token))
+                    continue
+                matcher = self.matchers.get(rid)
+                if matcher is not None and not matcher.is_terminated():
+                    batch[rid] = token
+            self._pending = rest
+            if not batch:
+                continue
+            matchers = [self.matchers[rid] for rid in batch]
+            accepted = xgr.BatchGrammarMatcher.batch_accept_token(matchers, list(batch.values()))
+            for (rid, token), ok in zip(batch.items(), accepted):
+                if not ok:
+                    logger.warning("request %s: token %d does not fit its grammar", rid, token)
 
     def forget(self, request_id: str) -> None:
         self.matchers.pop(request_id, None)
+        if self._pending:
+            self._pending = [(rid, t) for rid, t in self._pending if rid != request_id]
         future = self._futures.pop(request_id, None)
         if future is not None:
             future.cancel()

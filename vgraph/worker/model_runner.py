@@ -59,7 +59,7 @@ from vgraph.worker.prompt_logprobs import (
     compute_prompt_logprobs,
     prompt_logprob_spans,
 )
-from vgraph.worker.sampling_inputs import build_sampling_metadata
+from vgraph.worker.sampling_inputs import HostStaging, build_sampling_metadata
 
 logger = logging.getLogger(__name__)
 BitmaskFn = Callable[[], "torch.Tensor | None"]  # -> [R, ceil(V / 32)] int32 host bitmask
@@ -131,6 +131,7 @@ class ModelRunner:
             self.cascade_rule = CascadeCostRule()
         self.graph_stats = GraphStats()
         self.sampler = Sampler()
+        self.staging = HostStaging(self.device)  # the sampling processors' one host-to-device copy
         self.generators: dict[str, torch.Generator] = {}
         self.model: torch.nn.Module | None = None
         self.model_fn: Callable[..., torch.Tensor] | None = None  # model, maybe piecewise
@@ -466,7 +467,7 @@ class ModelRunner:
         if grammar_bitmask is not None:
             grammar_bitmask = grammar_bitmask.to(self.device, non_blocking=True)
         md = build_sampling_metadata(
-            sched.requests, self.generators, self.device, logits.shape[1], grammar_bitmask
+            sched.requests, self.generators, self.device, grammar_bitmask, self.staging
         )
         return self.sampler(logits[: step.num_reqs], md)
 

@@ -3,17 +3,25 @@
 A temperature below SAMPLING_EPS is greedy here (written as 0.0, the sampler's greedy mark): divided
 by such a temperature the logits overflow float32 and the sample is garbage. top_k is clamped to
 what an int64 tensor holds and the vocabulary needs. Logits-processor inputs (bans, allowed lists,
-logit_bias, penalties) are built only when some request of the step asks for them: host lists,
-then one non-blocking copy each; nothing is read back.
+logit_bias, penalties) are built only when some request of the step asks for them: packed on the
+host into one staging buffer (pinned on CUDA), then one non-blocking copy; nothing is read back.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 import numpy as np
 import torch
 
 from vgraph.request import Request
-from vgraph.sample.logits_processors import AllowedInputs, PenaltyInputs
+from vgraph.sample.logits_processors import (
+    KIND_BITS,
+    NEUTRAL_PARAMS,
+    NUM_PARAMS,
+    Kind,
+    ProcessorInputs,
+)
 from vgraph.sample.sampler import SamplingMetadata
 from vgraph.sampling_params import SAMPLING_EPS
 
@@ -24,19 +32,15 @@ def build_sampling_metadata(
     requests: list[Request],
     generators: dict[str, torch.Generator],
     device: torch.device,
-    vocab_size: int,
     grammar_bitmask: torch.Tensor | None = None,  # [R, ceil(V / 32)] int32, on the device
+    staging: HostStaging | None = None,  # the runner's; a new one when not given
 ) -> SamplingMetadata:
     """generators: request id -> its seeded generator, created here on first sight."""
     params = [r.sampling_params for r in requests]
     max_num_logprobs = max((p.logprobs for p in params if p.logprobs is not None), default=None)
-    processors = {
-        "banned": _bans(requests, device),
-        "grammar_bitmask": grammar_bitmask,
-        "allowed": _allowed(requests, device),
-        "logit_bias": _logit_bias(requests, device),
-        "penalties": _penalties(requests, device, vocab_size),
-    }
+    if staging is None:
+        staging = HostStaging(device)
+    processors = _processor_inputs(requests, grammar_bitmask, staging)
     temperatures = [p.temperature if p.temperature >= SAMPLING_EPS else 0.0 for p in params]
     if all(t == 0.0 for t in temperatures):  # argmax only: no per-row tensors to copy
         return SamplingMetadata(
@@ -50,7 +54,7 @@ def build_sampling_metadata(
             need_top_p=False,
             need_min_p=False,
             max_num_logprobs=max_num_logprobs,
-            **processors,
+            processors=processors,
         )
     row_gens: dict[int, torch.Generator] = {}
     for i, (req, p, t) in enumerate(zip(requests, params, temperatures)):
@@ -78,108 +82,103 @@ def build_sampling_metadata(
         need_top_p=any(p.top_p < 1.0 for p in params),
         need_min_p=any(p.min_p > 0.0 for p in params),
         max_num_logprobs=max_num_logprobs,
-        **processors,
+        processors=processors,
     )
 
 
-def _bans(
-    requests: list[Request], device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """EOS and stop_token_ids may not be sampled before a request has min_tokens outputs; the
-    last token of a bad word may not follow the rest of it (a one-token bad word: never)."""
-    rows: list[int] = []
-    cols: list[int] = []
+class HostStaging:
+    """A growable host int32 buffer, pinned on CUDA, that a step's processor inputs are packed into
+    and copied from in one non-blocking transfer. Every step ends by copying its sampled tokens to
+    the host, which waits for this copy, so the next step may overwrite the buffer."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.pin = device.type == "cuda"
+        self.host = torch.empty(0, dtype=torch.int32)
+
+    def to_device(self, parts: list[np.ndarray]) -> torch.Tensor:
+        """The int32 arrays, concatenated, as one device tensor."""
+        n = sum(len(part) for part in parts)
+        if self.host.numel() < n:
+            size = max(n, 2 * self.host.numel(), 4096)
+            self.host = torch.empty(size, dtype=torch.int32, pin_memory=self.pin)
+        np.concatenate(parts, out=self.host.numpy()[:n])
+        if not self.pin:  # a CPU "copy" would alias the buffer that the next step overwrites
+            return self.host[:n].clone().to(self.device)
+        return self.host[:n].to(self.device, non_blocking=True)
+
+
+def _processor_inputs(
+    requests: list[Request],
+    grammar_bitmask: torch.Tensor | None,
+    staging: HostStaging,
+) -> ProcessorInputs | None:
+    """The step's logits-processor entries, row by row, or None when no row has any."""
+    rows: list[np.ndarray] = []
+    bias_rows: list[np.ndarray] = []  # each row's logit_bias values: its first entries
+    params = np.tile(np.array(NEUTRAL_PARAMS, dtype=np.float32), (len(requests), 1))
     for i, req in enumerate(requests):
         p = req.sampling_params
-        banned: set[int] = set()
-        if req.num_output_tokens < p.min_tokens:
-            banned.update(p.stop_token_ids or ())
-            if not p.ignore_eos:
-                banned |= req.eos_token_ids
-        if p.bad_words_token_ids:
-            out = req.output_token_ids
-            for word in p.bad_words_token_ids:
-                prefix = word[:-1]
-                if len(prefix) <= len(out) and out[len(out) - len(prefix) :] == prefix:
-                    banned.add(word[-1])
-        rows.extend([i] * len(banned))
-        cols.extend(banned)
-    return _pairs(rows, cols, device)
-
-
-def _allowed(requests: list[Request], device: torch.device) -> AllowedInputs | None:
-    restricted = [i for i, r in enumerate(requests) if r.sampling_params.allowed_token_ids]
-    if not restricted:
+        codes: list[np.ndarray] = []
+        bias = p.logit_bias or {}
+        if bias:
+            codes.append(_codes(list(bias), Kind.BIAS))
+            bias_rows.append(np.fromiter(bias.values(), np.float32, len(bias)))
+        banned = _banned(req)
+        if banned:
+            codes.append(_codes(banned, Kind.BAN))
+        if p.allowed_token_ids:
+            codes.append(_codes(p.allowed_token_ids, Kind.ALLOW))
+            params[i, 3] = 1.0
+        if p.needs_penalties:
+            params[i, :3] = (p.presence_penalty, p.frequency_penalty, p.repetition_penalty)
+            if p.repetition_penalty != 1.0:  # the prompt counts for repetition only
+                tokens = _codes(req.all_token_ids, Kind.OUTPUT)
+                tokens[: req.num_prompt_tokens] |= Kind.PROMPT
+            else:
+                tokens = _codes(req.output_token_ids, Kind.OUTPUT)
+            codes.append(tokens)
+        rows.append(np.concatenate(codes) if codes else np.empty(0, np.int32))
+        if len(bias_rows) < i + 1:
+            bias_rows.append(np.empty(0, np.float32))
+    row_ptr = np.zeros(len(requests) + 1, dtype=np.int32)
+    np.cumsum([len(r) for r in rows], out=row_ptr[1:])
+    n = int(row_ptr[-1])
+    if n == 0 and grammar_bitmask is None and not params[:, 3].any():
         return None
-    rows: list[int] = []
-    cols: list[int] = []
-    for i in restricted:
-        ids = requests[i].sampling_params.allowed_token_ids or []
-        rows.extend([i] * len(ids))
-        cols.extend(ids)
-    pairs = _pairs(rows, cols, device)
-    assert pairs is not None
-    return AllowedInputs(torch.tensor(restricted).to(device, non_blocking=True), pairs)
-
-
-def _logit_bias(
-    requests: list[Request], device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-    rows: list[int] = []
-    cols: list[int] = []
-    values: list[float] = []
-    for i, req in enumerate(requests):
-        for token_id, bias in (req.sampling_params.logit_bias or {}).items():
-            rows.append(i)
-            cols.append(token_id)
-            values.append(bias)
-    pairs = _pairs(rows, cols, device)
-    if pairs is None:
-        return None
-    bias = torch.tensor(values, dtype=torch.float32).to(device, non_blocking=True)
-    return pairs[0], pairs[1], bias
-
-
-def _penalties(
-    requests: list[Request], device: torch.device, vocab_size: int
-) -> PenaltyInputs | None:
-    params = [r.sampling_params for r in requests]
-    if not any(p.needs_penalties for p in params):
-        return None
-    host = torch.tensor(
-        [
-            [p.presence_penalty for p in params],
-            [p.frequency_penalty for p in params],
-            [p.repetition_penalty for p in params],
-        ],
-        dtype=torch.float32,
-    ).to(device, non_blocking=True)
-    # rows without penalties contribute no ids: their counts stay 0, their penalties neutral
-    outputs = [r.output_token_ids if p.needs_penalties else [] for r, p in zip(requests, params)]
-    prompts = [
-        r.prompt_token_ids if p.repetition_penalty != 1.0 else [] for r, p in zip(requests, params)
-    ]
-    return PenaltyInputs(
-        presence=host[0],
-        frequency=host[1],
-        repetition=host[2],
-        output_token_ids=_padded(outputs, vocab_size, device),
-        prompt_token_ids=_padded(prompts, vocab_size, device),
+    values = np.zeros(n, dtype=np.float32)
+    for start, b in zip(row_ptr, bias_rows):
+        values[start : start + len(b)] = b
+    floats = [values.view(np.int32), params.view(np.int32).ravel()]  # bit patterns, as int32
+    packed = staging.to_device([row_ptr, *rows, *floats])
+    r = len(requests)
+    return ProcessorInputs(
+        row_ptr=packed[: r + 1],
+        codes=packed[r + 1 : r + 1 + n],
+        values=packed[r + 1 + n : r + 1 + 2 * n].view(torch.float32),
+        params=packed[r + 1 + 2 * n :].view(torch.float32).view(r, NUM_PARAMS),
+        bitmask=grammar_bitmask,
     )
 
 
-def _padded(rows: list[list[int]], pad: int, device: torch.device) -> torch.Tensor:
-    """[R, max(1, longest)] int64 of the rows, right-padded with pad."""
-    out = np.full((len(rows), max(1, max(len(r) for r in rows))), pad, dtype=np.int64)
-    for i, ids in enumerate(rows):
-        out[i, : len(ids)] = ids
-    return torch.from_numpy(out).to(device, non_blocking=True)
+def _codes(token_ids: Collection[int], kind: Kind) -> np.ndarray:
+    """int32 entry codes of the tokens: token_id << KIND_BITS | kind."""
+    return (np.fromiter(token_ids, np.int32, len(token_ids)) << KIND_BITS) | np.int32(kind)
 
 
-def _pairs(
-    rows: list[int], cols: list[int], device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor] | None:
-    if not rows:
-        return None
-    pairs = torch.tensor([rows, cols], dtype=torch.int64).to(device, non_blocking=True)
-    return pairs[0], pairs[1]
+def _banned(req: Request) -> set[int]:
+    """EOS and stop_token_ids may not be sampled before a request has min_tokens outputs; the
+    last token of a bad word may not follow the rest of it (a one-token bad word: never)."""
+    p = req.sampling_params
+    banned: set[int] = set()
+    if req.num_output_tokens < p.min_tokens:
+        banned.update(p.stop_token_ids or ())
+        if not p.ignore_eos:
+            banned |= req.eos_token_ids
+    if p.bad_words_token_ids:
+        out = req.output_token_ids
+        for word in p.bad_words_token_ids:
+            prefix = word[:-1]
+            if len(prefix) <= len(out) and out[len(out) - len(prefix) :] == prefix:
+                banned.add(word[-1])
+    return banned
