@@ -9,6 +9,7 @@ host into one staging buffer (pinned on CUDA), then one non-blocking copy; nothi
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Collection
 
 import numpy as np
@@ -23,7 +24,7 @@ from vgraph.sample.logits_processors import (
     ProcessorInputs,
 )
 from vgraph.sample.sampler import SamplingMetadata
-from vgraph.sampling_params import SAMPLING_EPS
+from vgraph.sampling_params import SAMPLING_EPS, SamplingParams
 
 _TOP_K_OFF = 1 << 30  # larger than any vocabulary: no row is cut
 
@@ -114,56 +115,68 @@ def _processor_inputs(
     staging: HostStaging,
 ) -> ProcessorInputs | None:
     """The step's logits-processor entries, row by row, or None when no row has any."""
-    rows: list[np.ndarray] = []
-    bias_rows: list[np.ndarray] = []  # each row's logit_bias values: its first entries
-    params = np.tile(np.array(NEUTRAL_PARAMS, dtype=np.float32), (len(requests), 1))
+    segments: list[Collection[int]] = []  # token ids, row by row, segment by segment
+    kinds: list[int] = []  # each segment's kind
+    lengths: list[int] = []  # each segment's length
+    row_ptr = np.zeros(len(requests) + 1, dtype=np.int32)
+    params: list[tuple[float, float, float, float]] = []
+    bias_at: list[tuple[int, Collection[float]]] = []  # (first entry, values) of logit_bias
+    n = 0
+
+    def add(ids: Collection[int], kind: int) -> None:
+        nonlocal n
+        segments.append(ids)
+        kinds.append(kind)
+        lengths.append(len(ids))
+        n += len(ids)
+
     for i, req in enumerate(requests):
         p = req.sampling_params
-        codes: list[np.ndarray] = []
-        bias = p.logit_bias or {}
-        if bias:
-            codes.append(_codes(list(bias), Kind.BIAS))
-            bias_rows.append(np.fromiter(bias.values(), np.float32, len(bias)))
+        if p.logit_bias:
+            bias_at.append((n, p.logit_bias.values()))
+            add(p.logit_bias.keys(), _BIAS)
         banned = _banned(req)
         if banned:
-            codes.append(_codes(banned, Kind.BAN))
+            add(banned, _BAN)
         if p.allowed_token_ids:
-            codes.append(_codes(p.allowed_token_ids, Kind.ALLOW))
-            params[i, 3] = 1.0
+            add(p.allowed_token_ids, _ALLOW)
         if p.needs_penalties:
-            params[i, :3] = (p.presence_penalty, p.frequency_penalty, p.repetition_penalty)
+            tokens = req.all_token_ids
             if p.repetition_penalty != 1.0:  # the prompt counts for repetition only
-                tokens = _codes(req.all_token_ids, Kind.OUTPUT)
-                tokens[: req.num_prompt_tokens] |= Kind.PROMPT
-            else:
-                tokens = _codes(req.output_token_ids, Kind.OUTPUT)
-            codes.append(tokens)
-        rows.append(np.concatenate(codes) if codes else np.empty(0, np.int32))
-        if len(bias_rows) < i + 1:
-            bias_rows.append(np.empty(0, np.float32))
-    row_ptr = np.zeros(len(requests) + 1, dtype=np.int32)
-    np.cumsum([len(r) for r in rows], out=row_ptr[1:])
-    n = int(row_ptr[-1])
-    if n == 0 and grammar_bitmask is None and not params[:, 3].any():
+                add(tokens[: req.num_prompt_tokens], _PROMPT)
+            add(tokens[req.num_prompt_tokens :], _OUTPUT)
+            params.append(
+                (p.presence_penalty, p.frequency_penalty, p.repetition_penalty, _restricted(p))
+            )
+        else:
+            params.append((*NEUTRAL_PARAMS[:3], _restricted(p)))
+        row_ptr[i + 1] = n
+    if n == 0 and grammar_bitmask is None and not any(q[3] for q in params):
         return None
+    ids = np.fromiter(itertools.chain.from_iterable(segments), np.int32, n)
+    codes = (ids << KIND_BITS) | np.repeat(np.array(kinds, np.int32), lengths)
     values = np.zeros(n, dtype=np.float32)
-    for start, b in zip(row_ptr, bias_rows):
-        values[start : start + len(b)] = b
-    floats = [values.view(np.int32), params.view(np.int32).ravel()]  # bit patterns, as int32
-    packed = staging.to_device([row_ptr, *rows, *floats])
+    for start, bias in bias_at:
+        values[start : start + len(bias)] = list(bias)
+    floats = np.array(params, dtype=np.float32).ravel()
+    packed = staging.to_device([row_ptr, codes, values.view(np.int32), floats.view(np.int32)])
     r = len(requests)
     return ProcessorInputs(
         row_ptr=packed[: r + 1],
         codes=packed[r + 1 : r + 1 + n],
-        values=packed[r + 1 + n : r + 1 + 2 * n].view(torch.float32),
+        values=packed[r + 1 + n : r + 1 + 2 * n].view(torch.float32),  # bit patterns of float32
         params=packed[r + 1 + 2 * n :].view(torch.float32).view(r, NUM_PARAMS),
         bitmask=grammar_bitmask,
     )
 
 
-def _codes(token_ids: Collection[int], kind: Kind) -> np.ndarray:
-    """int32 entry codes of the tokens: token_id << KIND_BITS | kind."""
-    return (np.fromiter(token_ids, np.int32, len(token_ids)) << KIND_BITS) | np.int32(kind)
+# plain ints: an enum member's attribute lookup costs more than the rest of a row
+_OUTPUT, _PROMPT, _BIAS = int(Kind.OUTPUT), int(Kind.PROMPT), int(Kind.BIAS)
+_BAN, _ALLOW = int(Kind.BAN), int(Kind.ALLOW)
+
+
+def _restricted(p: SamplingParams) -> float:
+    return 1.0 if p.allowed_token_ids else 0.0
 
 
 def _banned(req: Request) -> set[int]:
