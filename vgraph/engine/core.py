@@ -20,10 +20,10 @@ takes the engine down (on_worker_death, else the next step raises).
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import wait
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -177,10 +177,14 @@ class EngineCore:
         for req in sched.requests:
             if req.scheduled_time is None:  # for the queue-time metric, sent with its 1st token
                 req.scheduled_time = now
-        bitmask_fn = None  # filled by the runner while the device computes the logits
+        fill = None  # the grammar bitmask, filled on a thread while the step is prepared
         if self.structured is not None and self.structured.matchers:
-            bitmask_fn = functools.partial(self.grammar_bitmask, sched)
-        runner_out, failed = self.execute_isolated(sched, bitmask_fn)
+            fill = self.structured.start_fill(sched.requests, self.sampling_rows(sched))
+        try:
+            runner_out, failed = self.execute_isolated(sched, None if fill is None else fill.result)
+        finally:
+            if fill is not None:  # done before anything touches a matcher again
+                wait([fill])
         self.num_steps += 1
         outputs += [
             EngineCoreOutput(req.request_id, [], finish_reason="error", error=req.error)
@@ -233,11 +237,15 @@ class EngineCore:
         """[R, ceil(V / 32)] int32 host bitmask of the step, None without structured outputs."""
         if self.structured is None or not self.structured.matchers:
             return None
-        samples = [
+        return self.structured.grammar_bitmask(sched.requests, self.sampling_rows(sched))
+
+    @staticmethod
+    def sampling_rows(sched: SchedulerOutput) -> list[bool]:
+        """Per request of the step: whether it samples a token (a prefill chunk may not)."""
+        return [
             r.num_computed_tokens + n >= r.num_tokens
             for r, n in zip(sched.requests, sched.num_scheduled_tokens)
         ]
-        return self.structured.grammar_bitmask(sched.requests, samples)
 
     def execute_isolated(
         self, sched: SchedulerOutput, grammar_bitmask: BitmaskFn | None = None

@@ -273,8 +273,9 @@ class ModelRunner:
     def execute_model(
         self, sched: SchedulerOutput, grammar_bitmask: BitmaskFn | None = None
     ) -> ModelRunnerOutput:
-        """grammar_bitmask: called once the forward is issued, so that the host fills the
-        structured-output bitmask while the device computes the logits."""
+        """grammar_bitmask: waits for the step's structured-output bitmask (a host tensor, or None);
+        called once the forward is issued and the sampling inputs are built, so that the fill
+        overlaps both and the device's forward."""
         for rid in sched.finished_req_ids:
             self.generators.pop(rid, None)
         num_prefix_blocks = self.cascade_prefix_blocks(sched)
@@ -289,8 +290,7 @@ class ModelRunner:
             )
         else:
             logits, prompt_lps = self.execute_forward(step, common, mode, key), {}
-        bitmask = None if grammar_bitmask is None else grammar_bitmask()
-        out = self.sample(sched, step, logits, bitmask)
+        out = self.sample(sched, step, logits, grammar_bitmask)
         result = self.to_host(sched, out)
         result.prompt_logprobs = prompt_lps
         return result
@@ -462,13 +462,21 @@ class ModelRunner:
         sched: SchedulerOutput,
         step: StepInputs,
         logits: torch.Tensor,  # [num_reqs_padded, vocab_size] float32
-        grammar_bitmask: torch.Tensor | None = None,  # [R, ceil(V / 32)] int32, host
+        grammar_bitmask: BitmaskFn | None = None,
     ) -> SamplerOutput:
-        if grammar_bitmask is not None:
-            grammar_bitmask = grammar_bitmask.to(self.device, non_blocking=True)
+        """The sampling inputs are built first, then the bitmask is waited for (its fill runs
+        on another thread meanwhile) and joins them."""
         md = build_sampling_metadata(
-            sched.requests, self.generators, self.device, grammar_bitmask, self.staging
+            sched.requests,
+            self.generators,
+            self.device,
+            staging=self.staging,
+            bitmask_follows=grammar_bitmask is not None,
         )
+        bitmask = None if grammar_bitmask is None else grammar_bitmask()
+        if bitmask is not None:
+            assert md.processors is not None
+            md.processors.bitmask = bitmask.to(self.device, non_blocking=True)
         return self.sampler(logits[: step.num_reqs], md)
 
     def to_host(self, sched: SchedulerOutput, out: SamplerOutput) -> ModelRunnerOutput:

@@ -35,13 +35,16 @@ def build_sampling_metadata(
     device: torch.device,
     grammar_bitmask: torch.Tensor | None = None,  # [R, ceil(V / 32)] int32, on the device
     staging: HostStaging | None = None,  # the runner's; a new one when not given
+    bitmask_follows: bool = False,  # a bitmask joins the processors later (may stay None)
 ) -> SamplingMetadata:
     """generators: request id -> its seeded generator, created here on first sight."""
     params = [r.sampling_params for r in requests]
     max_num_logprobs = max((p.logprobs for p in params if p.logprobs is not None), default=None)
     if staging is None:
         staging = HostStaging(device)
-    processors = _processor_inputs(requests, grammar_bitmask, staging)
+    processors = _processor_inputs(
+        requests, grammar_bitmask, staging, bitmask_follows or grammar_bitmask is not None
+    )
     temperatures = [p.temperature if p.temperature >= SAMPLING_EPS else 0.0 for p in params]
     if all(t == 0.0 for t in temperatures):  # argmax only: no per-row tensors to copy
         return SamplingMetadata(
@@ -113,8 +116,10 @@ def _processor_inputs(
     requests: list[Request],
     grammar_bitmask: torch.Tensor | None,
     staging: HostStaging,
+    with_bitmask: bool,
 ) -> ProcessorInputs | None:
-    """The step's logits-processor entries, row by row, or None when no row has any."""
+    """The step's logits-processor entries, row by row, or None when no row has any and no
+    bitmask comes."""
     segments: list[Collection[int]] = []  # token ids, row by row, segment by segment
     kinds: list[int] = []  # each segment's kind
     lengths: list[int] = []  # each segment's length
@@ -151,7 +156,7 @@ def _processor_inputs(
         else:
             params.append((*NEUTRAL_PARAMS[:3], _restricted(p)))
         row_ptr[i + 1] = n
-    if n == 0 and grammar_bitmask is None and not any(q[3] for q in params):
+    if n == 0 and not with_bitmask and not any(q[3] for q in params):
         return None
     ids = np.fromiter(itertools.chain.from_iterable(segments), np.int32, n)
     codes = (ids << KIND_BITS) | np.repeat(np.array(kinds, np.int32), lengths)
