@@ -64,6 +64,31 @@ def test_sweep_end_to_end(tiny_checkpoint, tmp_path, capsys, monkeypatch, single
     assert odd["e2e"]["3"]["decode_pad_waste_pct"] == 0.0  # 3 requests ran the size-3 graph
     assert by_name["FULL_DECODE_ONLY:default"]["e2e"]["3"]["decode_pad_waste_pct"] > 0  # 3 -> 4
     assert by_name["NONE"]["num_graphs"] == 0
+    # timing: one engine per mode captured the union of its candidates' lists ...
+    assert "union of the candidates' graphs" in report["timing"]
+    engines = report["timing_engines"]
+    assert set(engines) == {"NONE", "FULL_DECODE_ONLY", "PIECEWISE"}
+    assert engines["NONE"]["num_graphs"] == 0
+    for mode, num_graphs in (("FULL_DECODE_ONLY", 4), ("PIECEWISE", 5)):
+        assert engines[mode]["capture_sizes"] == [1, 2, 3, 4, 8]  # default, 1,3 and all:4
+        assert engines[mode]["num_graphs"] == num_graphs  # FULL decode graphs up to 4 requests
+        assert engines[mode]["num_lanes"] == 4
+    # ... and each candidate ran on it at exactly its own padded sizes and modes, not the union's
+    for r in by_name.values():
+        graphs = [s for s in r["capture_sizes"] if r["mode"] != "NONE"]
+        if r["mode"] == "FULL_DECODE_ONLY":
+            graphs = [s for s in graphs if s <= 4]  # max_num_seqs
+        assert r["num_graphs"] == len(graphs)  # its own engine captured its own list only
+        for n in range(1, 5):
+            own = min((s for s in graphs if s >= n), default=None)
+            assert r["step_padded"][str(n)] == (own or n), (r["name"], n)
+            assert (r["step_mode"][str(n)] == "NONE") == (own is None), (r["name"], n)
+        for level in ("1", "3"):  # each round's batches were the candidate's own, unmixed
+            e, own = r["e2e"][level], min((s for s in graphs if s >= int(level)), default=None)
+            assert e["decode_batches"] == {level: 3}, r["name"]
+            assert e["padded_decode_batches"] == {str(own or level): 3}, r["name"]
+    assert by_name["FULL_DECODE_ONLY:default"]["step_padded"]["3"] == 4
+    assert by_name["FULL_DECODE_ONLY:all:4"]["step_padded"]["3"] == 3
     assert by_name["PIECEWISE:all:4"]["compile_s"] > 0
     assert set(by_name["FULL_DECODE_ONLY:all:4"]["graph_memory_per_size"]) == {"1", "2", "3", "4"}
     for mode in ("FULL_DECODE_ONLY", "PIECEWISE"):

@@ -85,6 +85,31 @@ def test_piecewise_sizes_are_their_own_list():
     assert keys[-2:] == [(M.PIECEWISE, BD(32)), (M.PIECEWISE, BD(8))]
 
 
+def test_restricted_dispatches_as_its_own_list_over_the_union():
+    """A dispatcher restricted to a subset of the union's sizes pads and falls back as one built
+    for that subset alone, and picks only keys of the union."""
+    union = CudagraphDispatcher(
+        M.FULL_AND_PIECEWISE, [1, 2, 3, 4, 8], S.UNIFORM_SINGLE_TOKEN_DECODE, 8, [2, 4, 16]
+    )
+    four = union.restricted([4], [16])
+    alone = CudagraphDispatcher(M.FULL_AND_PIECEWISE, [4], S.UNIFORM_SINGLE_TOKEN_DECODE, 8, [16])
+    every = [1, 2, 3, 4, 8]
+    for n in range(1, 18):
+        for uniform in (True, False):
+            assert four.dispatch(n, uniform) == alone.dispatch(n, uniform)
+    assert four.dispatch(3, True) == (M.FULL, BD(4, 4, True), None)  # 3 pads to 4 ...
+    assert union.restricted(every, [2, 4, 16]).dispatch(3, True) == (M.FULL, BD(3, 3, True), None)
+    assert four.dispatch(5, True) == (M.PIECEWISE, BD(16), None)  # ... not to the union's 8
+    assert four.keys[M.FULL] <= union.keys[M.FULL]
+    assert four.capture_keys() == [(M.FULL, BD(4, 4, True)), (M.PIECEWISE, BD(16))]
+    with pytest.raises(ValueError, match=r"FULL graphs \[BatchDescriptor\(num_tokens=6"):
+        union.restricted([1, 6], [2])
+    with pytest.raises(ValueError, match="PIECEWISE graphs"):
+        union.restricted([1], [1])
+    eager = CudagraphDispatcher(M.NONE, [], S.ALWAYS, 8).restricted([1, 2])
+    assert eager.dispatch(2, True) == (M.NONE, None, None)
+
+
 def test_graph_stats_count_decode_batch_sizes():
     from vgraph.cudagraph.counters import GraphStats
 

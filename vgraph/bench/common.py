@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -86,21 +87,38 @@ class StepBuilder:
 
 
 def time_in_turns(
-    calls: Sequence[Callable[[], object]], num_iters: int, num_warmup: int, block: int = 10
+    calls: Sequence[Callable[[], object]],
+    num_iters: int,
+    num_warmup: int,
+    block: int = 10,
+    setups: Sequence[Callable[[], object]] | None = None,
+    rng: random.Random | None = None,
 ) -> list[list[float]]:
     """ms of every timed call, per callable: warm-up, then blocks of `block` calls, the callables
-    in turn, so that a slow spell of the host falls on all of them alike."""
-    for call in calls:
+    in turn, so that a slow spell of the host falls on all of them alike. setups[i] runs, untimed,
+    before each call of calls[i] (e.g. a shared engine switched to that caller's state); with rng
+    the order of the callables is shuffled every turn, so that none always follows the same one."""
+    setups = setups or [_nothing] * len(calls)
+    for call, setup in zip(calls, setups):
         for _ in range(num_warmup):
+            setup()
             call()
     times: list[list[float]] = [[] for _ in calls]
+    order = list(range(len(calls)))
     for start in range(0, num_iters, block):
-        for call, samples in zip(calls, times):
+        if rng is not None:
+            rng.shuffle(order)
+        for i in order:
             for _ in range(min(block, num_iters - start)):
+                setups[i]()
                 t0 = time.perf_counter()
-                call()  # a step ends in a device-to-host copy: no sync needed
-                samples.append((time.perf_counter() - t0) * 1e3)
+                calls[i]()  # a step ends in a device-to-host copy: no sync needed
+                times[i].append((time.perf_counter() - t0) * 1e3)
     return times
+
+
+def _nothing() -> None:
+    pass
 
 
 def p10_p90(values: list[float]) -> list[float]:

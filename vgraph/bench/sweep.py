@@ -1,45 +1,39 @@
 """`vgraph bench sweep`: capture lists x graph modes on one workload, and the list to capture.
 
-Every candidate (a cudagraph mode and its capture lists, plus the eager NONE baseline) is an
-in-process engine core, and all stay alive, so the candidates are timed in turns (as in
-`vgraph bench step`): host noise falls on all alike. Per candidate:
-  1. start-up: seconds (compile and capture apart), graphs, graph memory and the KV blocks it
-     would have bought (graph bytes / bytes per KV block);
-  2. the padding sawtooth: one decode step of B requests over a really prefilled KV cache for
-     every B from 1 to the measured range (the workload's largest batch, or the size the fixed
-     lists pad it to), median ms, the runtime mode and the size it ran at;
-  3. end to end, per concurrency level: `concurrency` requests of input_len prompt tokens and
-     output_len generated tokens (ignore_eos) through the real scheduler, in rounds; output
-     tokens/s, median TPOT, padded-token waste and eager fallbacks (from GraphStats).
+The candidates are a cudagraph mode and its capture lists each, plus the eager NONE baseline.
+  1. start-up, per candidate in its own in-process engine, built, measured and freed one at a
+     time: seconds (compile and capture apart), graphs, graph memory per size and the KV blocks
+     it would have bought (graph bytes / bytes per KV block): these depend on the list alone;
+  2. timing, on one engine per mode that captured the union of that mode's lists, each
+     candidate with the dispatcher restricted to its own lists (sweep_timing.py says why and
+     how), all candidates one step each in turn:
+     a. the padding sawtooth: one decode step of B requests over a really prefilled KV cache
+        for every B from 1 to the measured range (the workload's largest batch, or the size the
+        fixed lists pad it to), median ms, the runtime mode and the size it ran at;
+     b. end to end, per concurrency level: `concurrency` requests of input_len prompt tokens and
+        output_len generated tokens (ignore_eos) through a real scheduler of the candidate's
+        own, in rounds; output tokens/s and median TPOT from its summed step times, padded-token
+        waste and eager fallbacks (from its GraphStats).
 The workload's expected step time (its mean TPOT) weighs the sawtooth by the workload's
 batch-size histogram: from the concurrency levels, a file or a server's /metrics (workload.py).
-With `recommended` among the lists, the `all` candidate and the eager baseline are measured
-first, vgraph/bench/capture_plan.py picks the list, and it is then swept like the others. Writes
-JSON (--out), PNG plots (sweep_plots.py) and a table; a candidate that fails to start is
-recorded with its error and the others still run.
+With `recommended` among the lists, the `all` candidate and the eager baseline are timed first,
+vgraph/bench/capture_plan.py picks the list (its sizes are among the `all` list's, so the timing
+engine holds its graphs already), and it is then started and timed like the others. Writes JSON
+(--out), PNG plots (sweep_plots.py) and a table; a candidate that fails to start is recorded with
+its error and the others still run.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import statistics
-import time
 import traceback
 from typing import Any
 
 import torch
 
-from vgraph.bench import sweep_report, workload
-from vgraph.bench.common import (
-    BLOCK_SIZE,
-    StepBuilder,
-    add_engine_args,
-    engine_config,
-    startup_result,
-    time_in_turns,
-    used_mode,
-)
+from vgraph.bench import sweep_report, sweep_timing, workload
+from vgraph.bench.common import add_engine_args, startup_result
 from vgraph.bench.sweep_candidates import (
     RECOMMENDED,
     Candidate,
@@ -47,10 +41,6 @@ from vgraph.bench.sweep_candidates import (
     default_sizes,
     parse_list,
 )
-from vgraph.engine.core import EngineCore
-from vgraph.engine.protocol import EngineCoreRequest
-from vgraph.sampling_params import SamplingParams
-from vgraph.utils import cdiv
 
 
 def add_cli_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -121,37 +111,27 @@ def measured_range(args: argparse.Namespace, hist: dict[int, float], default: tu
     return min(reach, args.max_num_seqs)
 
 
-def start(args: argparse.Namespace, cand: Candidate, top: int) -> None:
-    """Start the candidate's engine and hand-build its decode steps of 1..top requests."""
-    t0 = time.perf_counter()
-    ctx = args.context_len
-    config = engine_config(
-        args,
-        max_model_len=args.max_model_len,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        num_gpu_blocks_override=top * cdiv(ctx + 1, BLOCK_SIZE)
-        + max(args.concurrency) * cdiv(args.input_len + args.output_len, BLOCK_SIZE)
-        + cdiv(args.max_model_len, BLOCK_SIZE),
-        compilation_config=cand.compilation_config(),
-    )
-    core = cand.core = EngineCore(config)
-    r = cand.result
-    r.update(startup_result(core, time.perf_counter() - t0))
-    comp, g, runner = config.compilation_config, core.runner.graph_stats, core.runner
-    r["capture_sizes"] = list(comp.cudagraph_capture_sizes or ())
-    r["piecewise_sizes"] = list(comp.piecewise_capture_sizes or ())
-    r["graph_memory_per_size"] = {str(s): b for s, b in g.graph_memory_bytes_per_size.items()}
-    kv_bytes = sum(t.numel() * t.element_size() for t in runner.kv_caches.values())
-    r["kv_block_bytes"] = kv_bytes / (runner.num_blocks + 1)  # one spare block for pad writes
-    r["graph_kv_blocks"] = g.graph_memory_bytes / r["kv_block_bytes"]
-    b = StepBuilder(core)
-    cand.requests = b.prefilled(top, ctx)
-    cand.steps = {n: b.step(cand.requests[:n], [1] * n) for n in range(1, top + 1)}
+def start_alone(args: argparse.Namespace, cand: Candidate, top: int) -> None:
+    """The candidate's own engine: start-up seconds, graphs, their memory per size and the KV
+    blocks it would have bought (graph bytes / bytes per KV block); then it is freed."""
+    core, seconds = sweep_timing.start_core(args, cand.compilation_config(), top, num_lanes=1)
+    try:
+        r = cand.result
+        r.update(startup_result(core, seconds))
+        comp, g, runner = core.config.compilation_config, core.runner.graph_stats, core.runner
+        r["capture_sizes"] = list(comp.cudagraph_capture_sizes or ())
+        r["piecewise_sizes"] = list(comp.piecewise_capture_sizes or ())
+        r["graph_memory_per_size"] = {str(s): b for s, b in g.graph_memory_bytes_per_size.items()}
+        kv_bytes = sum(t.numel() * t.element_size() for t in runner.kv_caches.values())
+        r["kv_block_bytes"] = kv_bytes / (runner.num_blocks + 1)  # one spare block: pad writes
+        r["graph_kv_blocks"] = g.graph_memory_bytes / r["kv_block_bytes"]
+    finally:
+        core.shutdown()
 
 
-def start_all(args: argparse.Namespace, cands: list[Candidate], top: int) -> list[Candidate]:
-    """Start each candidate; one that fails is recorded with its error. -> the started ones."""
+def start_each(args: argparse.Namespace, cands: list[Candidate], top: int) -> list[Candidate]:
+    """Start each candidate's own engine in turn; one that fails is recorded with its error.
+    -> the candidates that started."""
     started = []
     for cand in cands:
         cand.result = {"name": cand.name, "mode": cand.mode, "list": cand.list_name}
@@ -159,102 +139,53 @@ def start_all(args: argparse.Namespace, cands: list[Candidate], top: int) -> lis
         if cand.piecewise_name is not None:
             cand.result["piecewise_list"] = cand.piecewise_name
         try:
-            start(args, cand, top)
+            start_alone(args, cand, top)
             started.append(cand)
         except Exception as e:  # one broken candidate must not cost the others' numbers
-            traceback.print_exc()
-            cand.result["error"] = f"{type(e).__name__}: {e}"
-            cand.core = None
-            gc.collect()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
+            _failed([cand], e)
     return started
 
 
-def measure_steps(args: argparse.Namespace, cands: list[Candidate]) -> None:
-    """The sawtooth: every batch size, the candidates in turns; medians go to the results."""
-    for n in cands[0].steps:
-        stats = [c.core.runner.graph_stats for c in cands]
-        before = [(dict(g.steps), dict(g.padded_decode_batch_sizes)) for g in stats]
-        calls = [lambda r=c.core.runner, s=c.steps[n]: r.execute_model(s) for c in cands]
-        # one step of each candidate in turn: a slow spell of the host falls on all alike
-        timed = time_in_turns(calls, args.num_iters, args.num_warmup, block=1)
-        for c, g, times, (steps, padded) in zip(cands, stats, timed, before):
-            c.step_times[n] = times
-            grown = [s for s, k in g.padded_decode_batch_sizes.items() if k > padded.get(s, 0)]
-            r = c.result
-            r.setdefault("step_ms", {})[n] = statistics.median(times)
-            r.setdefault("step_mode", {})[n] = used_mode(steps, g.steps)
-            r.setdefault("step_padded", {})[n] = max(grown)
+def start_timing(
+    args: argparse.Namespace, cands: list[Candidate], started: list[Candidate], top: int
+) -> dict[str, sweep_timing.TimingEngine]:
+    """Per mode, the timing engine over its started candidates' lists (with room for the lanes
+    of the mode's `recommended` candidates, whose sizes are among the `all` list's)."""
+    engines = {}
+    for mode in dict.fromkeys(c.mode for c in started):
+        mine = [c for c in started if c.mode == mode]
+        lists = [(c.result["capture_sizes"], c.result["piecewise_sizes"]) for c in mine]
+        num_lanes = sum(c.mode == mode for c in cands)
+        try:
+            engines[mode] = sweep_timing.start_engine(args, mode, lists, top, num_lanes)
+        except Exception as e:  # nor one broken mode the other modes' numbers
+            _failed(mine, e, "timing engine: ")
+    return engines
 
 
-def generate(core: EngineCore, num: int, args: argparse.Namespace, out_len: int, tag: str):
-    """num requests at once, in lockstep to the end -> (seconds, TPOT ms of each request)."""
-    gen = torch.Generator().manual_seed(num)
-    vocab = core.config.model_config.vocab_size
-    params = SamplingParams(max_tokens=out_len, ignore_eos=True, temperature=0)
-    for i in range(num):
-        ids = torch.randint(0, vocab, (args.input_len,), generator=gen).tolist()
-        core.add_request(EngineCoreRequest(f"{tag}-{i}", ids, params, []))
-    first: dict[str, float] = {}
-    last: dict[str, float] = {}
-    t0 = time.perf_counter()
-    while core.has_unfinished_requests():
-        outputs = core.step().outputs
-        now = time.perf_counter()
-        for o in outputs:
-            first.setdefault(o.request_id, now)
-            last[o.request_id] = now
-    elapsed = time.perf_counter() - t0
-    tpots = [(last[r] - first[r]) * 1e3 / (out_len - 1) for r in first] if out_len > 1 else []
-    return elapsed, tpots
-
-
-def measure_e2e(args: argparse.Namespace, cands: list[Candidate]) -> None:
-    """Every concurrency level: a short warm-up run each, then rounds, the candidates in turn."""
-    for level in args.concurrency:
-        for c in cands:
-            generate(c.core, level, args, min(args.output_len, 4), f"warm{level}")
-        before = [c.core.runner.graph_stats.snapshot() for c in cands]
-        runs: list[list[tuple[float, list[float]]]] = [[] for _ in cands]
-        for rnd in range(args.num_rounds):
-            for c, got in zip(cands, runs):
-                got.append(generate(c.core, level, args, args.output_len, f"c{level}r{rnd}"))
-        for c, got, g0 in zip(cands, runs, before):
-            c.result.setdefault("e2e", {})[level] = e2e_figures(
-                level, args.output_len, got, g0, c.core.runner.graph_stats
-            )
-
-
-def e2e_figures(level: int, output_len: int, runs: list, g0: Any, g1: Any) -> dict[str, Any]:
-    """One level's rounds and the GraphStats delta over them -> the level's figures."""
-    decode = {b: n - g0.decode_batch_sizes.get(b, 0) for b, n in g1.decode_batch_sizes.items()}
-    padded = {
-        b: n - g0.padded_decode_batch_sizes.get(b, 0)
-        for b, n in g1.padded_decode_batch_sizes.items()
-    }
-    real_tokens = sum(b * n for b, n in decode.items())
-    return {
-        "output_tok_s": statistics.median(level * output_len / s for s, _ in runs),
-        "tpot_ms": statistics.median(t for _, tpots in runs for t in tpots),
-        "elapsed_s": [s for s, _ in runs],
-        "padded_tokens": g1.padded_tokens - g0.padded_tokens,
-        "decode_pad_waste_pct": 100 * (sum(b * n for b, n in padded.items()) / real_tokens - 1)
-        if real_tokens
-        else 0.0,
-        # per EagerReason; "unsupported" counts the prefill steps FULL_DECODE_ONLY runs eagerly
-        "eager_fallbacks": {
-            k: n - g0.eager_fallbacks.get(k, 0) for k, n in g1.eager_fallbacks.items()
-        },
-    }
-
-
-def release(cands: list[Candidate]) -> None:
-    """Give the hand-built steps' KV blocks back before the end-to-end runs."""
+def add_lanes(
+    engines: dict[str, sweep_timing.TimingEngine], cands: list[Candidate]
+) -> list[sweep_timing.Lane]:
+    """Each started candidate's lane on its mode's timing engine."""
+    lanes = []
     for c in cands:
-        for req in c.requests:
-            c.core.scheduler.kv.free(req)
-        c.requests, c.steps = [], {}
+        if c.mode not in engines:
+            c.result.setdefault("error", f"the {c.mode} timing engine did not start")
+            continue
+        try:
+            lanes.append(sweep_timing.add_lane(engines[c.mode], c))
+        except ValueError as e:  # its engine lacks one of its graphs
+            _failed([c], e)
+    return lanes
+
+
+def _failed(cands: list[Candidate], e: Exception, what: str = "") -> None:
+    traceback.print_exc()
+    for c in cands:
+        c.result["error"] = f"{what}{type(e).__name__}: {e}"
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -282,21 +213,26 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     args.max_model_len = max(args.input_len + args.output_len, args.context_len + 1)
     rep = sweep_report.Report(args, hist, source, default)
     fixed = [c for c in cands if c.list_name != RECOMMENDED]
-    started = start_all(args, fixed, top)
+    started = start_each(args, fixed, top)  # start-up figures, one engine at a time
     rep.write([c.result for c in cands])
+    engines = start_timing(args, cands, started, top)
+    rep.timing_engines = {mode: e.result for mode, e in engines.items()}
+    lanes = add_lanes(engines, started)
     pending = [c for c in cands if c.list_name == RECOMMENDED]
     if pending:
         every = tuple(range(1, top + 1))
-        basis = [c for c in started if c.mode == "NONE" or c.sizes == every]
-        measure_steps(args, basis)  # the per-size latencies the optimiser uses, measured once
-        rep.plan(basis, pending)
-        started += start_all(args, [c for c in pending if c.sizes is not None], top)
-    if started:
-        measure_steps(args, started)
-        release(started)
-        measure_e2e(args, started)
-    for c in started:
-        c.core.shutdown()
+        basis = [lane for lane in lanes if lane.cand.mode == "NONE" or lane.cand.sizes == every]
+        if basis:  # the per-size latencies the optimiser uses, measured once
+            sweep_timing.measure_steps(args, basis)
+        rep.plan([lane.cand for lane in basis], pending)
+        new = start_each(args, [c for c in pending if c.sizes is not None], top)
+        lanes += add_lanes(engines, new)
+    if lanes:
+        sweep_timing.measure_steps(args, lanes)
+        sweep_timing.release(list(engines.values()))
+        sweep_timing.measure_e2e(args, lanes)
+    for e in engines.values():
+        e.core.shutdown()
     report = rep.finish(cands)
     failed = [c.name for c in cands if "error" in c.result]
     if failed:

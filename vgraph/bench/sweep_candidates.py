@@ -22,18 +22,14 @@ LIST_FORMS = "'1,2,4,8', 'default', 'pow2', 'pow2:N', 'all', 'all:N' or 'recomme
 
 @dataclass
 class Candidate:
-    """One engine of the sweep: a mode and its capture lists (None: the mode's default or, for
-    the eager baseline, nothing), and everything measured on it."""
+    """One candidate of the sweep: a mode and its capture lists (None: the mode's default or,
+    for the eager baseline, nothing), and everything measured for it."""
 
     mode: str
     list_name: str
     sizes: tuple[int, ...] | None
     piecewise_name: str | None = None
     piecewise_sizes: tuple[int, ...] | None = None
-    core: Any = None  # EngineCore once started
-    steps: dict[int, Any] = field(default_factory=dict)  # batch -> SchedulerOutput
-    requests: list[Any] = field(default_factory=list)  # the hand-built steps' requests
-    step_times: dict[int, list[float]] = field(default_factory=dict)  # batch -> ms per step
     result: dict[str, Any] = field(default_factory=dict)
 
     @property

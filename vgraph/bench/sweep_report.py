@@ -15,6 +15,7 @@ from typing import Any
 from vgraph.bench.capture_plan import MemoryModel, StepCosts, nondecreasing_fit, optimal_plan
 from vgraph.bench.common import environment
 from vgraph.bench.sweep_candidates import RECOMMENDED, Candidate
+from vgraph.bench.sweep_timing import TIMING
 
 
 class Report:
@@ -30,6 +31,7 @@ class Report:
         self.source = source
         self.default = default
         self.recommendations: dict[str, dict[str, Any]] = {}
+        self.timing_engines: dict[str, dict[str, Any]] = {}  # mode -> its lists and start-up
 
     # ---- the recommendation -----------------------------------------------------------------
     def plan(self, basis: list[Candidate], pending: list[Candidate]) -> None:
@@ -61,7 +63,7 @@ class Report:
                 ),
                 eager_ms=dict(eager.result["step_ms"]),  # pass 2 overwrites the results
                 memory=MemoryModel.from_capture(
-                    full.core.runner.graph_stats.graph_memory_bytes_per_size
+                    {int(s): b for s, b in r["graph_memory_per_size"].items()}
                 ),
             )
             plan = optimal_plan(costs, args.max_sizes, budget)
@@ -166,6 +168,8 @@ class Report:
             "default_sizes": list(self.default),
             "num_iters": a.num_iters,
             "num_rounds": a.num_rounds,
+            "timing": TIMING,
+            "timing_engines": self.timing_engines,
             "environment": environment(),
             "results": results,
             "recommendations": self.recommendations,

@@ -47,6 +47,7 @@ class CudagraphDispatcher:
         """capture_sizes: token counts of FULL graphs; piecewise_sizes: of PIECEWISE graphs
         (None: the same list)."""
         self.mode = mode
+        self.support = support
         self.max_num_reqs = max_num_reqs
         self.capture_sizes = sorted(capture_sizes)
         self.piecewise_sizes = sorted(capture_sizes if piecewise_sizes is None else piecewise_sizes)
@@ -63,6 +64,27 @@ class CudagraphDispatcher:
                 self.keys[CUDAGraphMode.FULL].add(BatchDescriptor(size))
             if mode.decode_mode() is CUDAGraphMode.FULL and size <= max_num_reqs:
                 self.keys[CUDAGraphMode.FULL].add(BatchDescriptor(size, size, True))
+
+    def restricted(
+        self,
+        capture_sizes: list[int] | tuple[int, ...],
+        piecewise_sizes: list[int] | tuple[int, ...] | None = None,
+    ) -> CudagraphDispatcher:
+        """A dispatcher over some of this one's sizes: it dispatches every step as an engine
+        that captured only those would, and picks only keys captured here. Lets one engine that
+        captured several capture lists' union time each list (`vgraph bench sweep`). ValueError
+        names a key this dispatcher lacks."""
+        sub = CudagraphDispatcher(
+            self.mode, capture_sizes, self.support, self.max_num_reqs, piecewise_sizes
+        )
+        for mode, keys in sub.keys.items():
+            missing = sorted(keys - self.keys[mode])
+            if missing:
+                raise ValueError(
+                    f"capture sizes {list(capture_sizes)} (piecewise {piecewise_sizes}) need "
+                    f"{mode.name} graphs {missing} that were not captured"
+                )
+        return sub
 
     def padded_size(self, num_tokens: int, sizes: list[int] | None = None) -> int | None:
         """Smallest size of `sizes` (default: the FULL capture sizes) >= num_tokens, or None
