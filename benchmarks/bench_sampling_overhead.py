@@ -8,10 +8,11 @@ penalties have counts to work on) are stepped in turns on the same engine and gr
   structured   a JSON-schema grammar per request (xgrammar), its matcher inside a string value;
                the step fills the bitmask on the host, masks on the device, accepts the token
   both         penalties and structured outputs together
-A step is what the engine core pays: the bitmask fill started on a thread (the previous step's
-tokens fed to the matchers first), ModelRunner.execute_model (inputs, forward or graph replay,
-processors, waiting for the fill, sampling, the device-to-host copy) and queueing the sampled
-tokens for the matchers.
+A step is what the engine core pays: ModelRunner.execute_model (inputs, forward or graph replay,
+then, while the device computes, the sampling inputs and the bitmask fill with the previous
+step's tokens fed to the matchers first; processors, sampling, the device-to-host copy) and
+queueing the sampled tokens for the matchers. --host-profile N prints where the host's time goes
+in N more steps of each variant (cProfile, top functions by own time).
 Each variant's GraphStats show which runtime mode served its steps: FULL means the captured graph
 replayed with the processors outside it. Prints a table (median ms, p10-p90, cost against the
 baseline, the 10% target) and writes JSON.
@@ -26,7 +27,6 @@ import json
 import statistics
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -135,8 +135,6 @@ def make_call(core: EngineCore, reqs: list[Request], steps: Any) -> Any:
     assert mgr is not None
     constrained = reqs[0].sampling_params.structured_outputs is not None
 
-    filler = ThreadPoolExecutor(1)
-
     def fill() -> torch.Tensor | None:
         """The engine core's fill, and a matcher whose object closed starts again."""
         mgr.accept_pending()
@@ -148,15 +146,27 @@ def make_call(core: EngineCore, reqs: list[Request], steps: Any) -> Any:
         return core.grammar_bitmask(sched)
 
     def call() -> None:
-        if not constrained:
-            core.runner.execute_model(sched)
-            return
-        # started before the step, as the engine core starts it (StructuredOutputManager.start_fill)
-        out = core.runner.execute_model(sched, filler.submit(fill).result)
-        for r, t in zip(reqs, out.sampled_token_ids):
-            mgr.accept(r, t)
+        out = core.runner.execute_model(sched, fill if constrained else None)
+        if constrained:
+            for r, t in zip(reqs, out.sampled_token_ids):
+                mgr.accept(r, t)
 
     return call
+
+
+def host_profile(calls: list[Any], steps: int) -> None:
+    """Print each variant's host time per function over `steps` more steps."""
+    import cProfile
+    import pstats
+
+    for name, call in zip(VARIANTS, calls):
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(steps):
+            call()
+        prof.disable()
+        print(f"\n--- host profile: {name}, {steps} steps")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(14)
 
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -173,6 +183,8 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         call()
         modes[name] = used_mode(before, stats.steps)
     times = time_in_turns(calls, args.num_iters, args.num_warmup)
+    if args.host_profile:
+        host_profile(calls, args.host_profile)
     base = statistics.median(times[0])
     rows = []
     for name, samples in zip(VARIANTS, times):
@@ -231,6 +243,13 @@ def cli(argv: list[str] | None = None) -> int:
     p.add_argument("--num-outputs", type=int, default=64, help="earlier outputs per request")
     p.add_argument("--num-iters", type=int, default=200)
     p.add_argument("--num-warmup", type=int, default=20)
+    p.add_argument(
+        "--host-profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after timing, profile N more steps of each variant on the host",
+    )
     p.add_argument("--out", default=None, help="write the JSON report here")
     main(p.parse_args(argv))
     return 0

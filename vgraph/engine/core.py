@@ -20,10 +20,10 @@ takes the engine down (on_worker_death, else the next step raises).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import wait
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -177,14 +177,10 @@ class EngineCore:
         for req in sched.requests:
             if req.scheduled_time is None:  # for the queue-time metric, sent with its 1st token
                 req.scheduled_time = now
-        fill = None  # the grammar bitmask, filled on a thread while the step is prepared
+        bitmask_fn = None  # filled by the runner while the device computes the logits
         if self.structured is not None and self.structured.matchers:
-            fill = self.structured.start_fill(sched.requests, self.sampling_rows(sched))
-        try:
-            runner_out, failed = self.execute_isolated(sched, None if fill is None else fill.result)
-        finally:
-            if fill is not None:  # done before anything touches a matcher again
-                wait([fill])
+            bitmask_fn = functools.partial(self.grammar_bitmask, sched)
+        runner_out, failed = self.execute_isolated(sched, bitmask_fn)
         self.num_steps += 1
         outputs += [
             EngineCoreOutput(req.request_id, [], finish_reason="error", error=req.error)

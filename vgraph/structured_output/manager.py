@@ -7,19 +7,19 @@ Lifecycle of a request with structured_outputs:
   2. the engine core holds it back from the scheduler until poll() says its grammar is ready
      (or failed: then it ends with finish_reason "error" and the reason);
   3. each step that samples for it, grammar_bitmask() fills its row of the bitmask from its
-     matcher (other rows allow everything; rows fill in parallel, on a thread started as the
-     step begins, while the busy loop prepares the inputs and the device computes the logits);
-     the sampler masks the logits with it on the device;
+     matcher (other rows allow everything; rows fill in parallel on xgrammar's threads, once
+     the step's forward is launched, so the host fills while the device computes the logits; a
+     Python thread started earlier would need the GIL back from the busy loop to return, and the
+     handover costs more than the fill); the sampler masks the logits with it on the device;
   4. accept() queues each sampled token for its matcher; the next fill feeds the queue to the
-     matchers in one batch first, so that host work too runs while the device computes. Once
+     matchers in one batch first, so that this host work too runs while the device computes. Once
      the grammar is complete only the end-of-sequence tokens stay allowed, so the request stops
      as any other.
 The step's bitmask is written into one host buffer kept across steps (pinned when CUDA is up, so
 its copy to the device does not wait for the host): the step's copy is done before the next step
 fills it again, since every step ends by reading its sampled tokens back.
 The tokenizer is loaded here on first use (the engine core has none otherwise). Not thread-safe
-beyond the compile and fill threads: only the busy loop calls these methods, and it waits for a
-step's fill before it touches the matchers again.
+beyond the compile step: only the busy loop calls these methods.
 """
 
 from __future__ import annotations
@@ -47,7 +47,6 @@ class StructuredOutputManager:
         self.vocab_size = model_config.vocab_size
         self._compiler: Any = None
         self._executor = ThreadPoolExecutor(MAX_COMPILE_THREADS, "vgraph-grammar")
-        self._fill_executor = ThreadPoolExecutor(1, "vgraph-bitmask")
         self._futures: dict[str, Future[Any]] = {}
         self.matchers: dict[str, Any] = {}  # request id -> xgrammar.GrammarMatcher
         self._batch: Any = None  # xgrammar.BatchGrammarMatcher: fills many rows at once
@@ -100,15 +99,6 @@ class StructuredOutputManager:
 
         if self._futures:
             wait(list(self._futures.values()), timeout, FIRST_COMPLETED)
-
-    def start_fill(
-        self, requests: list[Request], samples: list[bool]
-    ) -> Future[torch.Tensor | None]:
-        """Start the step's grammar_bitmask on the fill thread.
-        The engine core starts it right after scheduling, so the fill (xgrammar's threads,
-        without the GIL) runs while the busy loop prepares the inputs and launches the forward.
-        Every step waits for its fill before the next step touches a matcher."""
-        return self._fill_executor.submit(self.grammar_bitmask, requests, samples)
 
     def grammar_bitmask(
         self, requests: list[Request], samples: list[bool]
@@ -179,4 +169,3 @@ class StructuredOutputManager:
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
-        self._fill_executor.shutdown(wait=True)

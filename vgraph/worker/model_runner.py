@@ -273,9 +273,9 @@ class ModelRunner:
     def execute_model(
         self, sched: SchedulerOutput, grammar_bitmask: BitmaskFn | None = None
     ) -> ModelRunnerOutput:
-        """grammar_bitmask: waits for the step's structured-output bitmask (a host tensor, or None);
-        called once the forward is issued and the sampling inputs are built, so that the fill
-        overlaps both and the device's forward."""
+        """grammar_bitmask: fills the step's structured-output bitmask (a host tensor, or None);
+        called once the forward is issued and the sampling inputs are built, so that the host
+        fills while the device computes the logits."""
         for rid in sched.finished_req_ids:
             self.generators.pop(rid, None)
         num_prefix_blocks = self.cascade_prefix_blocks(sched)
@@ -464,8 +464,8 @@ class ModelRunner:
         logits: torch.Tensor,  # [num_reqs_padded, vocab_size] float32
         grammar_bitmask: BitmaskFn | None = None,
     ) -> SamplerOutput:
-        """The sampling inputs are built first, then the bitmask is waited for (its fill runs
-        on another thread meanwhile) and joins them."""
+        """The sampling inputs are built first, then the bitmask is filled and joins them: all
+        host work while the device computes the logits."""
         md = build_sampling_metadata(
             sched.requests,
             self.generators,
