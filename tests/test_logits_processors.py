@@ -127,3 +127,24 @@ def test_bitmask_matches_xgrammar(vocab: int) -> None:
     xgr.apply_token_bitmask_inplace(want, bitmask)
     assert torch.equal(apply_token_bitmask(logits, bitmask), want)
     assert torch.equal(apply_token_bitmask(logits, bitmask)[2], logits[2])  # all ones: untouched
+
+
+def test_penalty_tokens_kept_across_steps_follow_new_outputs() -> None:
+    """The runner's PenaltyTokens converts only new outputs each step: after more tokens, the
+    processed logits equal a fresh build's and the reference's."""
+    from vgraph.worker.sampling_inputs import PenaltyTokens
+
+    torch.manual_seed(1)
+    logits = torch.randn(2, VOCAB) * 3
+    params = [SamplingParams(repetition_penalty=1.5), SamplingParams(frequency_penalty=0.9)]
+    reqs = requests(params, [[1, 2], [3]])
+    cache = PenaltyTokens()
+    processed(logits, reqs, penalty_tokens=cache)
+    for step in range(70):  # past the first buffer's size, so the buffers grow
+        reqs[0].append_output_token(5 + step % 40)
+        reqs[1].append_output_token(9)
+        got = processed(logits, reqs, penalty_tokens=cache)
+    assert torch.equal(got, processed(logits, reqs))
+    assert torch.allclose(got, reference_penalties(logits, reqs), atol=1e-5)
+    cache.forget("0")
+    assert torch.equal(processed(logits, reqs, penalty_tokens=cache), got)

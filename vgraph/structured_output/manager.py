@@ -137,9 +137,11 @@ class StructuredOutputManager:
         if request.request_id in self.matchers:
             self._pending.append((request.request_id, token_id))
 
-    def accept_pending(self) -> None:
-        """Feed the queued tokens to their matchers, in batches of distinct matchers."""
+    def accept_pending(self) -> int:
+        """Feed the queued tokens to their matchers, in batches of distinct matchers -> how many
+        tokens their matchers refused (each logged)."""
         xgr = import_xgrammar()
+        refused = 0
         while self._pending:
             batch: dict[str, int] = {}
             rest: list[tuple[str, int]] = []
@@ -157,7 +159,9 @@ class StructuredOutputManager:
             accepted = xgr.BatchGrammarMatcher.batch_accept_token(matchers, list(batch.values()))
             for (rid, token), ok in zip(batch.items(), accepted):
                 if not ok:
+                    refused += 1
                     logger.warning("request %s: token %d does not fit its grammar", rid, token)
+        return refused
 
     def forget(self, request_id: str) -> None:
         self.matchers.pop(request_id, None)

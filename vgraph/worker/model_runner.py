@@ -59,7 +59,7 @@ from vgraph.worker.prompt_logprobs import (
     compute_prompt_logprobs,
     prompt_logprob_spans,
 )
-from vgraph.worker.sampling_inputs import HostStaging, build_sampling_metadata
+from vgraph.worker.sampling_inputs import HostStaging, PenaltyTokens, build_sampling_metadata
 
 logger = logging.getLogger(__name__)
 BitmaskFn = Callable[[], "torch.Tensor | None"]  # -> [R, ceil(V / 32)] int32 host bitmask
@@ -132,6 +132,7 @@ class ModelRunner:
         self.graph_stats = GraphStats()
         self.sampler = Sampler()
         self.staging = HostStaging(self.device)  # the sampling processors' one host-to-device copy
+        self.penalty_tokens = PenaltyTokens()  # penalised requests' token codes, across steps
         self.generators: dict[str, torch.Generator] = {}
         self.model: torch.nn.Module | None = None
         self.model_fn: Callable[..., torch.Tensor] | None = None  # model, maybe piecewise
@@ -278,6 +279,7 @@ class ModelRunner:
         fills while the device computes the logits."""
         for rid in sched.finished_req_ids:
             self.generators.pop(rid, None)
+            self.penalty_tokens.forget(rid)
         num_prefix_blocks = self.cascade_prefix_blocks(sched)
         spans = prompt_logprob_spans(sched)
         mode, key, t_pad, r_pad = self.dispatch(sched, use_cascade=num_prefix_blocks > 0)
@@ -472,6 +474,7 @@ class ModelRunner:
             self.device,
             staging=self.staging,
             bitmask_follows=grammar_bitmask is not None,
+            penalty_tokens=self.penalty_tokens,
         )
         bitmask = None if grammar_bitmask is None else grammar_bitmask()
         if bitmask is not None:

@@ -36,6 +36,7 @@ def build_sampling_metadata(
     grammar_bitmask: torch.Tensor | None = None,  # [R, ceil(V / 32)] int32, on the device
     staging: HostStaging | None = None,  # the runner's; a new one when not given
     bitmask_follows: bool = False,  # a bitmask joins the processors later (may stay None)
+    penalty_tokens: PenaltyTokens | None = None,  # the runner's; a new one when not given
 ) -> SamplingMetadata:
     """generators: request id -> its seeded generator, created here on first sight."""
     params = [r.sampling_params for r in requests]
@@ -43,7 +44,11 @@ def build_sampling_metadata(
     if staging is None:
         staging = HostStaging(device)
     processors = _processor_inputs(
-        requests, grammar_bitmask, staging, bitmask_follows or grammar_bitmask is not None
+        requests,
+        grammar_bitmask,
+        staging,
+        bitmask_follows or grammar_bitmask is not None,
+        penalty_tokens or PenaltyTokens(),
     )
     temperatures = [p.temperature if p.temperature >= SAMPLING_EPS else 0.0 for p in params]
     if all(t == 0.0 for t in temperatures):  # argmax only: no per-row tensors to copy
@@ -112,17 +117,53 @@ class HostStaging:
         return self.host[:n].to(self.device, non_blocking=True)
 
 
+class PenaltyTokens:
+    """Each penalised request's entry codes so far (its prompt's when repetition counts it, then
+    its outputs'), kept across steps: a step converts only the tokens sampled since the last one,
+    where packing every row's whole history each step cost more host time than the device takes
+    for a decode step at batch 32. The runner forgets finished requests."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, tuple[np.ndarray, int, bool]] = {}  # id -> (codes, used, prompt)
+
+    def codes(self, req: Request, with_prompt: bool) -> np.ndarray:
+        buf, used, prompt = self._rows.get(req.request_id, (None, 0, with_prompt))
+        tokens = req.all_token_ids
+        start = 0 if with_prompt else req.num_prompt_tokens
+        if buf is None or prompt != with_prompt or used > len(tokens) - start:
+            buf, used = np.empty(max(64, 2 * (len(tokens) - start)), np.int32), 0
+        new = len(tokens) - start - used
+        if new > 0:
+            if used + new > len(buf):
+                grown = np.empty(2 * (used + new), np.int32)
+                grown[:used] = buf[:used]
+                buf = grown
+            tail = tokens[start + used :]
+            codes = np.fromiter(tail, np.int32, new) << KIND_BITS
+            if with_prompt and used < req.num_prompt_tokens:
+                codes[: req.num_prompt_tokens - used] |= _PROMPT
+            buf[used : used + new] = codes  # _OUTPUT is 0: output codes need no kind bits
+            used += new
+        self._rows[req.request_id] = (buf, used, with_prompt)
+        return buf[:used]
+
+    def forget(self, request_id: str) -> None:
+        self._rows.pop(request_id, None)
+
+
 def _processor_inputs(
     requests: list[Request],
     grammar_bitmask: torch.Tensor | None,
     staging: HostStaging,
     with_bitmask: bool,
+    penalty_tokens: PenaltyTokens,
 ) -> ProcessorInputs | None:
     """The step's logits-processor entries, row by row, or None when no row has any and no
     bitmask comes."""
     segments: list[Collection[int]] = []  # token ids, row by row, segment by segment
     kinds: list[int] = []  # each segment's kind
     lengths: list[int] = []  # each segment's length
+    ready: list[tuple[int, np.ndarray]] = []  # (first entry, codes) of the penalised rows
     row_ptr = np.zeros(len(requests) + 1, dtype=np.int32)
     params: list[tuple[float, float, float, float]] = []
     bias_at: list[tuple[int, Collection[float]]] = []  # (first entry, values) of logit_bias
@@ -145,11 +186,10 @@ def _processor_inputs(
             add(banned, _BAN)
         if p.allowed_token_ids:
             add(p.allowed_token_ids, _ALLOW)
-        if p.needs_penalties:
-            tokens = req.all_token_ids
-            if p.repetition_penalty != 1.0:  # the prompt counts for repetition only
-                add(tokens[: req.num_prompt_tokens], _PROMPT)
-            add(tokens[req.num_prompt_tokens :], _OUTPUT)
+        if p.needs_penalties:  # the prompt counts for repetition only
+            codes = penalty_tokens.codes(req, with_prompt=p.repetition_penalty != 1.0)
+            ready.append((n, codes))
+            n += len(codes)
             params.append(
                 (p.presence_penalty, p.frequency_penalty, p.repetition_penalty, _restricted(p))
             )
@@ -158,8 +198,14 @@ def _processor_inputs(
         row_ptr[i + 1] = n
     if n == 0 and not with_bitmask and not any(q[3] for q in params):
         return None
-    ids = np.fromiter(itertools.chain.from_iterable(segments), np.int32, n)
-    codes = (ids << KIND_BITS) | np.repeat(np.array(kinds, np.int32), lengths)
+    codes = np.empty(n, np.int32)
+    listed = np.fromiter(itertools.chain.from_iterable(segments), np.int32, sum(lengths))
+    listed = (listed << KIND_BITS) | np.repeat(np.array(kinds, np.int32), lengths)
+    is_listed = np.ones(n, dtype=bool)
+    for start, row_codes in ready:
+        codes[start : start + len(row_codes)] = row_codes
+        is_listed[start : start + len(row_codes)] = False
+    codes[is_listed] = listed
     values = np.zeros(n, dtype=np.float32)
     for start, bias in bias_at:
         values[start : start + len(bias)] = list(bias)
