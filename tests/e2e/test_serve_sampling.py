@@ -252,6 +252,28 @@ def test_prompt_logprobs_match_the_reference(
         assert len(entry) <= 4  # the prompt token and the top 3
 
 
+def test_streamed_prompt_logprobs_equal_the_whole_response(
+    client: openai.OpenAI, server: ServerProcess
+) -> None:
+    """Streamed, prompt_logprobs ride on each choice's first chunk with content (after the role
+    chunk in a chat), equal to the unstreamed response's; completions and chat alike."""
+    kw = {"model": server.model_name, "max_tokens": 3, "temperature": 0}
+    extra = {"extra_body": {"prompt_logprobs": 2}}
+    whole = client.completions.create(prompt=PROMPT, **kw, **extra)
+    want = whole.choices[0].model_extra["prompt_logprobs"]
+    chunks = list(client.completions.create(prompt=PROMPT, stream=True, **kw, **extra))
+    carried = [c.choices[0].model_extra.get("prompt_logprobs") for c in chunks if c.choices]
+    assert carried[0] == want and all(c is None for c in carried[1:])
+    messages = [{"role": "user", "content": PROMPT}]
+    whole = client.chat.completions.create(messages=messages, **kw, **extra)
+    want = whole.model_extra["prompt_logprobs"]
+    assert want and want[0] is None
+    chunks = list(client.chat.completions.create(messages=messages, stream=True, **kw, **extra))
+    carried = [c.choices[0].model_extra.get("prompt_logprobs") for c in chunks if c.choices]
+    assert carried[0] is None  # the role chunk
+    assert carried[1] == want and all(c is None for c in carried[2:])
+
+
 def test_echo_with_logprobs(
     client: openai.OpenAI, server: ServerProcess, reference: Any, tokenizer: Any
 ) -> None:

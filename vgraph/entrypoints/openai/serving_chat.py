@@ -29,7 +29,7 @@ from vgraph.entrypoints.openai.tool_parsers import (
     forced_tool_schema,
     parse_forced_tool_calls,
 )
-from vgraph.outputs import CompletionOutput, Logprob
+from vgraph.outputs import CompletionOutput, Logprob, RequestOutput
 from vgraph.sampling_params import SamplingParams, SamplingParamsError, StructuredOutputsParams
 
 
@@ -129,7 +129,9 @@ class OpenAIServingChat(OpenAIServing):
         tools: ToolParser | dict[str, Any] | None,
     ) -> AsyncIterator[str]:
         """SSE events: first a chunk per choice that gives the role (as OpenAI does). With
-        tools, text that may be a call is held back; the calls come whole in the last chunk."""
+        tools, text that may be a call is held back; the calls come whole in the last chunk.
+        prompt_logprobs ride on each choice's first chunk after the role, as in a streamed
+        completion."""
         role = {"role": "assistant", "content": ""}
         first = [
             {"index": j, "delta": role, "logprobs": None, "finish_reason": None}
@@ -137,6 +139,8 @@ class OpenAIServingChat(OpenAIServing):
         ]
         texts: dict[int, str] = {}  # choice index -> whole text so far
         sent: dict[int, int] = {}  # choice index -> characters sent as content
+        latest: dict[int, RequestOutput] = {}  # the output being streamed (one prompt: index 0)
+        scored: set[int] = set()  # choice indices whose chunk carried the prompt logprobs
 
         def make_choice(_: int, comp: CompletionOutput) -> dict[str, Any]:
             lp = None
@@ -158,16 +162,28 @@ class OpenAIServingChat(OpenAIServing):
                         calls = enumerate(message["tool_calls"])
                         delta = {"tool_calls": [{"index": i, **call} for i, call in calls]}
                         finish_reason = "tool_calls"
-            return {
+            choice = {
                 "index": comp.index,
                 "delta": delta,
                 "logprobs": lp,
                 "finish_reason": finish_reason,
                 "stop_reason": comp.stop_reason,
             }
+            if req.prompt_logprobs is not None and comp.index not in scored:
+                scored.add(comp.index)
+                choice["prompt_logprobs"] = prompt_logprobs_json(latest[0].prompt_logprobs)
+            return choice
 
         head = {**head, "object": "chat.completion.chunk"}
-        return self.stream_events(head, [prompt], [params], req.stream_options, make_choice, first)
+        return self.stream_events(
+            head,
+            [prompt],
+            [params],
+            req.stream_options,
+            make_choice,
+            first,
+            on_output=latest.__setitem__,
+        )
 
 
 def assistant_message(
