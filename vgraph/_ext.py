@@ -144,3 +144,7 @@ def _register_fakes() -> None:
         out, hidden, norm_weight, eps, weight, max_gemv_tokens=None
     ) -> None:
         return None
+
+    @torch.library.register_fake("vgraph_C::apply_logits_processors")
+    def _apply_logits_processors_fake(out, logits, bitmask, row_ptr, codes, values, params) -> None:
+        return None
