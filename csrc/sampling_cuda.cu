@@ -6,7 +6,9 @@
 // list (vgraph/sample/logits_processors.py); a CTA takes kChunk vocabulary entries of one row,
 // gathers that row's entries falling into its chunk into shared memory (output-token counts,
 // flags, bias), then rewrites its logits. Rows have at most a few thousand entries, so each CTA
-// scanning all of its row's is cheaper than a second launch to sort them.
+// scanning all of its row's is cheaper than a second launch to sort them. An entry whose token
+// lies outside the vocabulary falls in no chunk and changes nothing (the engine checks token ids
+// against the vocabulary when a request arrives; the torch path raises on one).
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>

@@ -64,7 +64,8 @@ def apply_processors(logits: torch.Tensor, p: ProcessorInputs) -> torch.Tensor:
 
 
 def apply_processors_torch(logits: torch.Tensor, p: ProcessorInputs) -> torch.Tensor:
-    """The same in torch ops: one index_add gathers every entry into [kind, R, V] planes."""
+    """The same in torch ops: one indexed add gathers every entry into [kind, R, V] planes (a
+    token id outside the vocabulary raises, where a flat index would land in another row)."""
     rows, vocab = logits.shape
     n = p.codes.shape[0]
     row_of = torch.repeat_interleave(
@@ -74,7 +75,7 @@ def apply_processors_torch(logits: torch.Tensor, p: ProcessorInputs) -> torch.Te
     ids = (p.codes >> KIND_BITS).long()
     planes = torch.zeros(len(Kind), rows, vocab, dtype=torch.float32, device=logits.device)
     weights = torch.where(kinds == Kind.BIAS, p.values, 1.0)
-    planes.view(-1).index_add_(0, (kinds * rows + row_of) * vocab + ids, weights)
+    planes.index_put_((kinds, row_of, ids), weights, accumulate=True)
     counts, prompt, bias, banned, allowed = planes.unbind(0)
     presence, frequency, repetition, restricted = p.params.unbind(1)
     masked = (banned > 0) | ((restricted[:, None] != 0) & (allowed == 0))
