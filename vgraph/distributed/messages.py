@@ -4,11 +4,23 @@ A step carries the inputs as rank 0 prepared them (the scheduled token ids, each
 computed and scheduled counts and block list) and rank 0's dispatch decision (runtime mode, graph
 key, padded sizes): the dispatcher decides once, so ranks can never replay different graphs.
 Workers hold no request state and do not sample: rank 0 alone turns logits into tokens.
+build_tp_step makes rank 0's message; the worker's runner reads it (execute_broadcast_step).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import msgspec
+
+from vgraph.config.modes import CUDAGraphMode
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from vgraph.core.scheduler import SchedulerOutput
+    from vgraph.cudagraph.dispatcher import BatchDescriptor
+    from vgraph.worker.input_batch import StepInputs
 
 
 class TPStep(msgspec.Struct, tag=True, array_like=True):
@@ -25,6 +37,28 @@ class TPStep(msgspec.Struct, tag=True, array_like=True):
 
 class TPShutdown(msgspec.Struct, tag=True, array_like=True):
     pass
+
+
+def build_tp_step(
+    token_ids: np.ndarray,  # [num_tokens] int64: the input ids rank 0 just prepared
+    sched: SchedulerOutput,
+    step: StepInputs,
+    mode: CUDAGraphMode,
+    key: BatchDescriptor | None,
+    num_common_prefix_blocks: int = 0,
+) -> TPStep:
+    """The step for the worker ranks: the inputs rank 0 just prepared and its dispatch."""
+    return TPStep(
+        token_ids=token_ids.tobytes(),
+        num_computed=[r.num_computed_tokens for r in sched.requests],
+        num_scheduled=list(sched.num_scheduled_tokens),
+        block_ids=sched.block_ids,
+        mode=mode.name,
+        key=None if key is None else tuple(key),
+        num_tokens_padded=None if key is None else step.num_tokens_padded,
+        num_reqs_padded=step.num_reqs_padded if mode is CUDAGraphMode.FULL else None,
+        num_common_prefix_blocks=num_common_prefix_blocks,
+    )
 
 
 ENCODER = msgspec.msgpack.Encoder()

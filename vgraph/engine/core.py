@@ -39,7 +39,9 @@ from vgraph.engine.protocol import (
 )
 from vgraph.request import Request, RequestStatus
 from vgraph.structured_output.manager import StructuredOutputManager
-from vgraph.worker.model_runner import BitmaskFn, ModelRunner, ModelRunnerOutput
+from vgraph.worker.model_runner import ModelRunner
+from vgraph.worker.runner_output import ModelRunnerOutput
+from vgraph.worker.step_sampler import BitmaskFn
 
 if TYPE_CHECKING:
     from vgraph.distributed.tp_workers import TPWorkers

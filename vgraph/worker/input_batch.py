@@ -3,7 +3,7 @@
 Every step writes its inputs into the same device tensors (a captured graph reads fixed
 addresses), staged through host tensors (pinned on CUDA) with numpy views, and copies them in one
 non-blocking batch. Pad tokens get input id 0, position 0 and slot -1; pad requests get seq_len 0
-and an empty query range.
+and an empty query range. A step's CommonAttentionMetadata is views of these buffers.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from vgraph.attention.backend import CommonAttentionMetadata
 from vgraph.core.scheduler import SchedulerOutput
 
 
@@ -171,6 +172,27 @@ class InputBuffers:
             max_query_len=int(q_lens.max()),
             max_seq_len=int(q_lens.max()),
             uniform_decode=num_reqs == num_tokens,
+        )
+
+    def attention_metadata(
+        self, step: StepInputs, for_capture: bool = False, num_common_prefix_blocks: int = 0
+    ) -> CommonAttentionMetadata:
+        """The step's attention metadata over these buffers: padded views on the device (what a
+        graph reads), the real rows on the host (what a backend's planner reads)."""
+        return CommonAttentionMetadata(
+            query_start_loc=self.query_start_loc.gpu[: step.num_reqs_padded + 1],
+            seq_lens=self.seq_lens.gpu[: step.num_reqs_padded],
+            block_table=self.block_table.gpu,
+            slot_mapping=self.slot_mapping.gpu[: step.num_tokens_padded],
+            query_start_loc_cpu=self.query_start_loc.cpu[: step.num_reqs + 1],
+            seq_lens_cpu=self.seq_lens.cpu[: step.num_reqs],
+            block_table_cpu=self.block_table.cpu,
+            num_reqs=step.num_reqs,
+            num_actual_tokens=step.num_tokens,
+            max_query_len=step.max_query_len,
+            max_seq_len=step.max_seq_len,
+            for_capture=for_capture,
+            num_common_prefix_blocks=num_common_prefix_blocks,
         )
 
     def _copy_to_device(self, num_tokens: int, num_reqs: int) -> None:

@@ -71,3 +71,17 @@ def compute_prompt_logprobs(
             entries += [TokenLogprobs(i, lp, r) for i, lp, r in zip(ids, lps, ranks.tolist())]
         out[span.row] = entries
     return out
+
+
+def logits_and_prompt_logprobs(
+    hidden: torch.Tensor,  # [num_tokens_padded, hidden_size]
+    query_start_loc: torch.Tensor,  # [num_reqs_padded + 1] int32
+    compute_logits: Callable[[torch.Tensor], torch.Tensor],
+    sched: SchedulerOutput,
+    spans: list[PromptSpan],
+) -> tuple[torch.Tensor, dict[int, list[TokenLogprobs]]]:
+    """The head on each request's last token, as a FULL graph would run it (the sampler's
+    logits [num_reqs_padded, V] float32), and on the prompt tokens the spans score."""
+    last = query_start_loc[1:].long() - 1  # [num_reqs_padded]
+    logits = compute_logits(hidden[last]).float()
+    return logits, compute_prompt_logprobs(hidden, compute_logits, sched, spans)
