@@ -130,9 +130,10 @@ def test_running_requests_share_blocks_by_reference_count() -> None:
     a, b = make_req("a", prompt, 8), make_req("b", prompt, 8)
     s.add_request(a)
     s.add_request(b)
-    s.schedule()  # a registers its blocks at allocation; b, admitted next, hits them
+    out = s.schedule()  # a registers its blocks at allocation; b, admitted next, hits them
     shared = s.kv.get_block_ids("a")[:3]
     assert s.kv.get_block_ids("b")[:3] == shared
+    assert out.same_step_kv  # b attends to KV that a writes in this very step
     assert all(s.kv.ref_cnt[blk] == 2 for blk in shared)
     s.abort_requests(["a"])
     assert all(s.kv.ref_cnt[blk] == 1 for blk in shared)  # still held by b
@@ -211,3 +212,29 @@ def test_preemption_abort_finish_and_chunks_return_every_block(seed: int) -> Non
     assert s.kv.num_free_blocks == s.kv.num_blocks
     assert all(c == 0 for c in s.kv.ref_cnt) and not s.kv.req_to_blocks
     assert not s.kv.req_block_hashes  # per-request state is dropped once requests end
+
+
+def test_same_step_kv_marks_only_steps_that_read_kv_they_write() -> None:
+    """A hit on a block registered by the step being scheduled is flagged (its KV is written by
+    that step); hits on blocks of earlier steps are not, and such a decode step stays uniform."""
+    s = make_sched()
+    prompt = list(range(300, 340))  # 2 full blocks + 8
+    s.add_request(make_req("a", prompt))
+    out = s.schedule()
+    assert not out.same_step_kv  # nothing cached yet: no hit at all
+    s.update_from_output(out, [7])
+    s.add_request(make_req("b", prompt))  # hits a's blocks, computed by the previous step
+    out = s.schedule()
+    assert out.num_scheduled_tokens == [1, 8] and not out.same_step_kv
+    s.update_from_output(out, [7, 7])
+    out = s.schedule()  # both decode
+    assert out.is_uniform_decode and not out.same_step_kv
+    # a decode step in which a new request's one-token chunk hits a block a completes now
+    s2 = make_sched()
+    a = make_req("a", list(range(31)), max_tokens=8)  # 31 tokens: its next token fills block 2
+    s2.add_request(a)
+    s2.update_from_output(s2.schedule(), [500])
+    s2.add_request(make_req("c", [*range(31), 500, 9]))  # a's 32 tokens + one
+    out = s2.schedule()
+    assert out.num_scheduled_tokens == [1, 1]
+    assert out.same_step_kv and not out.is_uniform_decode

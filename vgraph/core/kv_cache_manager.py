@@ -5,7 +5,9 @@ ceil(num_computed_tokens_after_step / block_size) blocks; blocks are appended, n
 
 Automatic prefix caching (as vLLM V1's), when enabled:
   1. every full block of a request's tokens gets a chained sha256 hash (kv_cache_utils.py);
-     once the tokens of a full block are scheduled, the block is registered under its hash;
+     once the tokens of a full block are scheduled, the block is registered under its hash
+     (a request admitted later in the same step may hit it: its KV is then written by that
+     step itself, which registered_this_step tells the scheduler);
   2. a new (or preempted) request looks its hashes up in order and takes the longest run of
      cached blocks as already computed: hits are whole blocks, and at least its last token is
      always computed (the step needs its logits);
@@ -50,6 +52,16 @@ class KVCacheManager:
         self.req_num_cached: dict[str, int] = {}  # leading blocks registered in the cache
         self.prefix_cache_queries = 0  # prompt tokens looked up (admitted requests), in tokens
         self.prefix_cache_hits = 0  # of which found cached, in tokens
+        self._registered_this_step: set[int] = set()  # blocks registered since begin_step
+
+    def begin_step(self) -> None:
+        """A new step is being scheduled: blocks registered so far hold KV already computed."""
+        self._registered_this_step.clear()
+
+    def registered_this_step(self, blocks: list[int]) -> bool:
+        """Whether any of blocks was registered by the step being scheduled: its KV is written
+        by that same step's forward, not by an earlier one."""
+        return not self._registered_this_step.isdisjoint(blocks)
 
     @property
     def num_free_blocks(self) -> int:
@@ -151,6 +163,7 @@ class KVCacheManager:
             block_id, h = blocks[i], hashes[i]
             if self.block_hash[block_id] is None:
                 self.block_hash[block_id] = h
+                self._registered_this_step.add(block_id)
                 # an equal block computed by another request already cached keeps its place
                 self.cached_blocks.setdefault(h, block_id)
         self.req_num_cached[rid] = max(num_full, self.req_num_cached.get(rid, 0))

@@ -38,6 +38,9 @@ class SchedulerOutput:
     block_ids: list[list[int]] = field(default_factory=list)  # each request's whole block list
     finished_req_ids: set[str] = field(default_factory=set)  # since the previous step
     num_preempted: int = 0
+    # some request hit prefix-cache blocks another request computes in this same step: its
+    # attention reads KV this step writes (attention must follow the whole step's cache write)
+    same_step_kv: bool = False
 
     @property
     def total_num_scheduled_tokens(self) -> int:
@@ -45,8 +48,13 @@ class SchedulerOutput:
 
     @property
     def is_uniform_decode(self) -> bool:
-        """Every request computes exactly one token (the full-graph case)."""
-        return bool(self.requests) and all(n == 1 for n in self.num_scheduled_tokens)
+        """Every request computes exactly one token over KV of earlier steps (the full-graph
+        case; a step that reads KV it writes itself, same_step_kv, is not one)."""
+        return (
+            bool(self.requests)
+            and not self.same_step_kv
+            and all(n == 1 for n in self.num_scheduled_tokens)
+        )
 
     def is_empty(self) -> bool:
         return not self.requests
@@ -70,6 +78,7 @@ class Scheduler:
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}
         self._finished_since_last_step: set[str] = set()
+        self._same_step_kv = False  # of the step being scheduled (SchedulerOutput.same_step_kv)
         self.num_preemptions = 0
 
     # ---- admission ------------------------------------------------------------------------
@@ -108,6 +117,8 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput(finished_req_ids=self._finished_since_last_step)
         self._finished_since_last_step = set()
+        self.kv.begin_step()
+        self._same_step_kv = False
         budget = self.config.max_num_batched_tokens
         scheduled: list[tuple[Request, int]] = []
         starved = self._starved_group_heads()
@@ -157,6 +168,7 @@ class Scheduler:
             out.requests.append(req)
             out.num_scheduled_tokens.append(n)
             out.block_ids.append(self.kv.get_block_ids(req.request_id))
+        out.same_step_kv = self._same_step_kv
         return out
 
     def _admit(self, req: Request, budget: int, scheduled: list[tuple[Request, int]]) -> bool:
@@ -169,6 +181,8 @@ class Scheduler:
         if self.kv.allocate_slots(req, num_new, hit_blocks) is None:
             return False
         self.kv.record_lookup(req, num_hit)
+        if hit_blocks and self.kv.registered_this_step(hit_blocks):
+            self._same_step_kv = True
         req.num_computed_tokens += num_hit
         if req.num_cached_tokens < 0:  # the first admission's hits, as vLLM reports them
             req.num_cached_tokens = num_hit

@@ -33,6 +33,7 @@ class TPStep(msgspec.Struct, tag=True, array_like=True):
     num_tokens_padded: int | None
     num_reqs_padded: int | None
     num_common_prefix_blocks: int = 0  # cascade attention's shared prefix (0: plain attention)
+    same_step_kv: bool = False  # SchedulerOutput.same_step_kv
 
 
 class TPShutdown(msgspec.Struct, tag=True, array_like=True):
@@ -58,6 +59,7 @@ def build_tp_step(
         num_tokens_padded=None if key is None else step.num_tokens_padded,
         num_reqs_padded=step.num_reqs_padded if mode is CUDAGraphMode.FULL else None,
         num_common_prefix_blocks=num_common_prefix_blocks,
+        same_step_kv=sched.same_step_kv,
     )
 
 
