@@ -3,6 +3,7 @@ that forgets to copy new inputs into its static buffers."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 
@@ -79,12 +80,16 @@ def test_full_without_splitting_ops_downgrades_to_full_decode_only(tiny_llama, c
 
 def _forgetful_prepare(prepare):
     """A runner bug: each step's input ids and positions land in fresh tensors instead of the
-    static buffers a captured graph reads (the real execute_forward then hands those over)."""
+    static buffers a captured graph reads (the real execute_forward then hands those over); the
+    static buffers never get them (here they are cleared)."""
 
     def prepare_into_fresh_tensors(self, *args, **kwargs):
         step = prepare(self, *args, **kwargs)
-        self.input_ids.gpu = self.input_ids.gpu.clone()
-        self.positions.gpu = self.positions.gpu.clone()
+        gpu = step.layout.gpu
+        fresh = gpu._replace(input_ids=gpu.input_ids.clone(), positions=gpu.positions.clone())
+        gpu.input_ids.zero_()
+        gpu.positions.zero_()
+        step.layout = dataclasses.replace(step.layout, gpu=fresh)
         return step
 
     return prepare_into_fresh_tensors
@@ -122,8 +127,7 @@ def _held_bytes(runner: ModelRunner, keys: set | None = None) -> int:
     """Bytes of the distinct storages the runner's CPU graphs (of keys; all when None) refer
     to beyond their inputs: weights, KV caches and the runner's static buffers."""
     inputs = [*runner.model.parameters(), *runner.model.buffers(), *runner.kv_caches.values()]
-    for buf in vars(runner.buffers).values():
-        inputs += [getattr(buf, side) for side in ("cpu", "gpu") if hasattr(buf, side)]
+    inputs += [runner.buffers.host, runner.buffers.device]
     skip = {t.untyped_storage().data_ptr() for t in inputs}
     wrappers = [p.graph for p in getattr(runner.model_fn, "backend", runner.model_fn).pieces] if (
         runner.cudagraph_mode is CUDAGraphMode.PIECEWISE

@@ -3,6 +3,7 @@ workload that mixes prefill chunks with decodes, and the counters prove graphs r
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 from typing import Any
@@ -119,10 +120,11 @@ def test_debug_mode_catches_a_runner_that_hands_pieces_fresh_inputs(
 
     execute_forward = ModelRunner.execute_forward
 
-    def forgetful(self: ModelRunner, *args: Any, **kwargs: Any) -> Any:
-        buf = self.buffers.input_ids
-        buf.gpu = buf.gpu.clone()  # same contents, a new address every step
-        return execute_forward(self, *args, **kwargs)
+    def forgetful(self: ModelRunner, step: Any, *args: Any, **kwargs: Any) -> Any:
+        gpu = step.layout.gpu  # same contents, a new address every step
+        fresh = gpu._replace(input_ids=gpu.input_ids.clone())
+        step = dataclasses.replace(step, layout=dataclasses.replace(step.layout, gpu=fresh))
+        return execute_forward(self, step, *args, **kwargs)
 
     monkeypatch.setattr(ModelRunner, "execute_forward", forgetful)
     monkeypatch.setenv("VGRAPH_DEBUG_GRAPHS", "1")

@@ -122,8 +122,8 @@ def test_replayed_pieces_equal_the_compiled_pieces_run_eagerly(folder, cache_dir
         with torch.inference_mode():
             for n, size in ((3, 4), (5, 8), (13, 16), (1, 1)):
                 step = runner.buffers.prepare_dummy(size, 1)
-                runner.buffers.input_ids.gpu[:n].copy_(torch.randint(0, 512, (n,), generator=gen))
-                runner.buffers.positions.gpu[:n].copy_(torch.arange(n))
+                step.layout.gpu.input_ids[:n].copy_(torch.randint(0, 512, (n,), generator=gen))
+                step.layout.gpu.positions[:n].copy_(torch.arange(n))
                 common = runner.build_common_metadata(step)
                 eager = runner.execute_forward(step, common).clone()
                 graph = runner.execute_forward(

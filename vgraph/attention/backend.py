@@ -36,6 +36,9 @@ class CommonAttentionMetadata:
     # cascade attention: leading blocks every request shares (block_table row 0's), attended
     # once for all queries; 0 = plain attention. Set only for steps that run no FULL graph.
     num_common_prefix_blocks: int = 0
+    # some request attends to KV another request writes in this step (a prefix-cache hit on a
+    # block the step computes): the whole step's KV must be written before attention reads it
+    same_step_kv: bool = False
 
 
 @dataclass(frozen=True)
@@ -70,8 +73,11 @@ class AttentionPlanner(ABC):
 class AttentionImpl(ABC):
     """Per-layer attention math over the paged KV cache, in two calls per step: the cache write
     (graph-safe for every backend: the piecewise split captures it in the piece before
-    attention), then attention over the cache (the eager op between pieces)."""
+    attention), then attention over the cache (the eager op between pieces). A backend whose
+    attention kernel also appends the step's K/V (appends_kv) gets them in forward instead, and
+    write_kv_cache is never called: one launch, and one eager op between pieces."""
 
+    appends_kv: ClassVar[bool] = False
     _split: tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float) -> None:
@@ -107,9 +113,11 @@ class AttentionImpl(ABC):
         kv_cache: torch.Tensor,  # [2, num_blocks, block_size, num_kv_heads, head_dim]
         metadata: CommonAttentionMetadata,
         output: torch.Tensor,  # [num_tokens, num_heads, head_dim], written in full
+        key: torch.Tensor | None = None,  # appends_kv: this step's K/V [num_tokens, kv, hd]
+        value: torch.Tensor | None = None,
     ) -> None:
-        """Attention of every query token over its request's cached context (this step's K/V
-        already written)."""
+        """Attention of every query token over its request's cached context: this step's K/V
+        already written, or (appends_kv) given here and written by this call."""
 
 
 class AttentionBackend(ABC):

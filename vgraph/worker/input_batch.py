@@ -1,20 +1,54 @@
 """Persistent input buffers of the model runner, and the per-step fill from a SchedulerOutput.
 
-Every step writes its inputs into the same device tensors (a captured graph reads fixed
-addresses), staged through host tensors (pinned on CUDA) with numpy views, and copies them in one
-non-blocking batch. Pad tokens get input id 0, position 0 and slot -1; pad requests get seq_len 0
-and an empty query range. A step's CommonAttentionMetadata is views of these buffers.
+A step's inputs (token ids, positions, cache slots, then the per-request ranges, lengths and
+block table) live in one byte buffer on the device, staged through a pinned host twin with numpy
+views, and travel in ONE non-blocking host-to-device copy of the prefix the step uses: on an
+H200 host every extra copy is some 10 us of Python and driver time on the critical path of a
+step. The layout depends only on the padded counts (tokens first, then requests), so a captured
+graph, which reads fixed addresses, finds its inputs where it was captured: a FULL graph's key
+fixes both counts, a piecewise graph's key the token count (its pieces read only token inputs).
+Pad tokens get input id 0, position 0 and slot -1; pad requests get seq_len 0 and an empty
+query range. A step's CommonAttentionMetadata is views of these buffers.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from vgraph.attention.backend import CommonAttentionMetadata
 from vgraph.core.scheduler import SchedulerOutput
+
+_ALIGN = 16  # bytes: every region starts aligned for vector loads
+
+
+def _align(n: int) -> int:
+    return -(-n // _ALIGN) * _ALIGN
+
+
+class InputViews(NamedTuple):
+    """One side's views of a step layout (torch tensors, or numpy arrays of the host side)."""
+
+    input_ids: torch.Tensor | np.ndarray  # [T] int64
+    positions: torch.Tensor | np.ndarray  # [T] int64
+    slot_mapping: torch.Tensor | np.ndarray  # [T] int64
+    query_start_loc: torch.Tensor | np.ndarray  # [R + 1] int32
+    seq_lens: torch.Tensor | np.ndarray  # [R] int32
+    block_table: torch.Tensor | np.ndarray  # [R, max_blocks_per_req] int32
+
+
+@dataclass(frozen=True)
+class StepLayout:
+    """Where the inputs of a step with T padded tokens and R padded requests sit."""
+
+    gpu: InputViews  # what the model and its graphs read
+    cpu: InputViews  # the pinned staging twins (torch), for backends' host-side planning
+    np: InputViews  # numpy views of cpu, which the fill writes
+    nbytes: int  # the prefix of the buffers the step uses: one copy
 
 
 @dataclass
@@ -26,19 +60,8 @@ class StepInputs:
     max_query_len: int
     max_seq_len: int
     uniform_decode: bool
-
-
-class _Buffer:
-    """A device tensor with a host staging twin and a numpy view of the twin."""
-
-    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> None:
-        pin = device.type == "cuda"
-        self.cpu = torch.zeros(shape, dtype=dtype, pin_memory=pin)
-        self.np = self.cpu.numpy()
-        self.gpu = torch.zeros(shape, dtype=dtype, device=device)
-
-    def copy_to_device(self, n: int) -> None:
-        self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
+    layout: StepLayout | None = None  # None only for steps built by hand in tests
+    same_step_kv: bool = False  # SchedulerOutput.same_step_kv
 
 
 class InputBuffers:
@@ -52,13 +75,39 @@ class InputBuffers:
     ) -> None:
         self.max_num_tokens = max_num_tokens
         self.max_num_reqs = max_num_reqs
+        self.max_blocks_per_req = max_blocks_per_req
         self.block_size = block_size
-        self.input_ids = _Buffer((max_num_tokens,), torch.int64, device)  # [T]
-        self.positions = _Buffer((max_num_tokens,), torch.int64, device)  # [T]
-        self.slot_mapping = _Buffer((max_num_tokens,), torch.int64, device)  # [T]
-        self.query_start_loc = _Buffer((max_num_reqs + 1,), torch.int32, device)  # [R + 1]
-        self.seq_lens = _Buffer((max_num_reqs,), torch.int32, device)  # [R]
-        self.block_table = _Buffer((max_num_reqs, max_blocks_per_req), torch.int32, device)
+        nbytes = self._offsets(max_num_tokens, max_num_reqs)[-1]
+        self.host = torch.zeros(nbytes, dtype=torch.uint8, pin_memory=device.type == "cuda")
+        self.device = torch.zeros(nbytes, dtype=torch.uint8, device=device)
+
+    def _offsets(self, t: int, r: int) -> tuple[int, ...]:
+        """Byte offsets of ids, positions, slots, query_start_loc, seq_lens, block_table, end."""
+        ids, pos, slots = 0, _align(8 * t), 2 * _align(8 * t)
+        qsl = 3 * _align(8 * t)
+        lens = qsl + _align(4 * (r + 1))
+        table = lens + _align(4 * r)
+        return ids, pos, slots, qsl, lens, table, table + 4 * r * self.max_blocks_per_req
+
+    @functools.lru_cache(maxsize=1024)  # noqa: B019 (one InputBuffers per runner, for its life)
+    def layout(self, t: int, r: int) -> StepLayout:
+        """The views of a step with t padded tokens and r padded requests."""
+        assert 1 <= t <= self.max_num_tokens and 0 <= r <= self.max_num_reqs, (t, r)
+        ids, pos, slots, qsl, lens, table, end = self._offsets(t, r)
+        spans = [(ids, t), (pos, t), (slots, t), (qsl, r + 1), (lens, r), (table, None)]
+
+        def views(buf: torch.Tensor) -> InputViews:
+            out = []
+            for (start, n), dtype in zip(spans, [torch.int64] * 3 + [torch.int32] * 3):
+                if n is None:  # the block table
+                    v = buf[start:end].view(torch.int32).view(r, self.max_blocks_per_req)
+                else:
+                    v = buf[start : start + n * (8 if dtype is torch.int64 else 4)].view(dtype)
+                out.append(v)
+            return InputViews(*out)
+
+        cpu = views(self.host)
+        return StepLayout(views(self.device), cpu, InputViews(*(v.numpy() for v in cpu)), end)
 
     def prepare(
         self,
@@ -72,13 +121,14 @@ class InputBuffers:
         computed = np.fromiter(
             (r.num_computed_tokens for r in sched.requests), dtype=np.int64, count=num_reqs
         )
+        layout = self.layout(num_tokens_padded or int(nst.sum()), num_reqs_padded or num_reqs)
         # 1. token ids of each request's next num_scheduled tokens
-        tokens = self.input_ids.np
+        tokens = layout.np.input_ids
         off = 0
         for req, c, n in zip(sched.requests, computed.tolist(), nst.tolist()):
             tokens[off : off + n] = req.all_token_ids[c : c + n]
             off += n
-        return self._fill(nst, computed, sched.block_ids, num_tokens_padded, num_reqs_padded)
+        return self._fill(layout, nst, computed, sched.block_ids, sched.same_step_kv)
 
     def prepare_broadcast(
         self,
@@ -88,58 +138,59 @@ class InputBuffers:
         block_ids: list[list[int]],
         num_tokens_padded: int | None,
         num_reqs_padded: int | None,
+        same_step_kv: bool = False,
     ) -> StepInputs:
         """prepare() on a tensor-parallel worker: the step as rank 0 sent it (no Request)."""
         ids = np.frombuffer(token_ids, dtype=np.int64)
-        self.input_ids.np[: len(ids)] = ids
+        layout = self.layout(num_tokens_padded or len(ids), num_reqs_padded or len(num_scheduled))
+        layout.np.input_ids[: len(ids)] = ids
         nst = np.asarray(num_scheduled, dtype=np.int64)
         computed = np.asarray(num_computed, dtype=np.int64)
-        return self._fill(nst, computed, block_ids, num_tokens_padded, num_reqs_padded)
+        return self._fill(layout, nst, computed, block_ids, same_step_kv)
 
     def _fill(
         self,
+        layout: StepLayout,
         nst: np.ndarray,  # [R] scheduled tokens per request
         computed: np.ndarray,  # [R] tokens computed before this step
         block_ids: list[list[int]],
-        num_tokens_padded: int | None,
-        num_reqs_padded: int | None,
+        same_step_kv: bool,
     ) -> StepInputs:
         """Everything but the token ids (already in place): positions, slots, ranges, padding."""
         num_reqs = len(nst)
         num_tokens = int(nst.sum())
-        t_pad = num_tokens_padded or num_tokens
-        r_pad = num_reqs_padded or num_reqs
-        assert t_pad <= self.max_num_tokens and r_pad <= self.max_num_reqs, (t_pad, r_pad)
-        tokens = self.input_ids.np
+        v = layout.np
+        t_pad, r_pad = len(v.input_ids), len(v.seq_lens)
+        assert num_tokens <= t_pad and num_reqs <= r_pad, (num_tokens, t_pad, num_reqs, r_pad)
         # 1. positions of each request's next num_scheduled tokens
         req_idx = np.repeat(np.arange(num_reqs), nst)  # [T] request of each token
         cu = np.cumsum(nst)
         pos = np.arange(num_tokens) - np.repeat(cu - nst, nst) + computed[req_idx]
-        self.positions.np[:num_tokens] = pos
+        v.positions[:num_tokens] = pos
 
         # 2. block tables (whole rows) and each token's cache slot
-        bt = self.block_table.np
-        bt[:r_pad] = 0
+        bt = v.block_table
+        bt[:] = 0
         for i, blocks in enumerate(block_ids):
             bt[i, : len(blocks)] = blocks
         bs = self.block_size
-        self.slot_mapping.np[:num_tokens] = bt[req_idx, pos // bs].astype(np.int64) * bs + pos % bs
+        v.slot_mapping[:num_tokens] = bt[req_idx, pos // bs].astype(np.int64) * bs + pos % bs
 
         # 3. per-request ranges and lengths
-        qsl = self.query_start_loc.np
+        qsl = v.query_start_loc
         qsl[0] = 0
         qsl[1 : num_reqs + 1] = cu
-        qsl[num_reqs + 1 : r_pad + 1] = num_tokens
+        qsl[num_reqs + 1 :] = num_tokens
         seq_lens = computed + nst
-        self.seq_lens.np[:num_reqs] = seq_lens
-        self.seq_lens.np[num_reqs:r_pad] = 0
+        v.seq_lens[:num_reqs] = seq_lens
+        v.seq_lens[num_reqs:] = 0
 
         # 4. padding
-        tokens[num_tokens:t_pad] = 0
-        self.positions.np[num_tokens:t_pad] = 0
-        self.slot_mapping.np[num_tokens:t_pad] = -1
+        v.input_ids[num_tokens:] = 0
+        v.positions[num_tokens:] = 0
+        v.slot_mapping[num_tokens:] = -1
 
-        self._copy_to_device(t_pad, r_pad)
+        self._copy_to_device(layout)
         return StepInputs(
             num_reqs=num_reqs,
             num_tokens=num_tokens,
@@ -147,7 +198,9 @@ class InputBuffers:
             num_tokens_padded=t_pad,
             max_query_len=int(nst.max()),
             max_seq_len=int(seq_lens.max()),
-            uniform_decode=bool((nst == 1).all()),
+            uniform_decode=bool((nst == 1).all()) and not same_step_kv,
+            layout=layout,
+            same_step_kv=same_step_kv,
         )
 
     def prepare_dummy(self, num_tokens: int, num_reqs: int) -> StepInputs:
@@ -156,14 +209,16 @@ class InputBuffers:
         assert 1 <= num_reqs <= num_tokens
         q_lens = np.full(num_reqs, num_tokens // num_reqs, dtype=np.int64)
         q_lens[: num_tokens % num_reqs] += 1
-        self.input_ids.np[:num_tokens] = 0
-        self.positions.np[:num_tokens] = 0
-        self.slot_mapping.np[:num_tokens] = -1
-        self.query_start_loc.np[0] = 0
-        self.query_start_loc.np[1 : num_reqs + 1] = np.cumsum(q_lens)
-        self.seq_lens.np[:num_reqs] = q_lens
-        self.block_table.np[:num_reqs] = 0
-        self._copy_to_device(num_tokens, num_reqs)
+        layout = self.layout(num_tokens, num_reqs)
+        v = layout.np
+        v.input_ids[:] = 0
+        v.positions[:] = 0
+        v.slot_mapping[:] = -1
+        v.query_start_loc[0] = 0
+        v.query_start_loc[1:] = np.cumsum(q_lens)
+        v.seq_lens[:] = q_lens
+        v.block_table[:] = 0
+        self._copy_to_device(layout)
         return StepInputs(
             num_reqs=num_reqs,
             num_tokens=num_tokens,
@@ -172,6 +227,7 @@ class InputBuffers:
             max_query_len=int(q_lens.max()),
             max_seq_len=int(q_lens.max()),
             uniform_decode=num_reqs == num_tokens,
+            layout=layout,
         )
 
     def attention_metadata(
@@ -179,26 +235,26 @@ class InputBuffers:
     ) -> CommonAttentionMetadata:
         """The step's attention metadata over these buffers: padded views on the device (what a
         graph reads), the real rows on the host (what a backend's planner reads)."""
+        assert step.layout is not None
+        gpu, cpu = step.layout.gpu, step.layout.cpu
         return CommonAttentionMetadata(
-            query_start_loc=self.query_start_loc.gpu[: step.num_reqs_padded + 1],
-            seq_lens=self.seq_lens.gpu[: step.num_reqs_padded],
-            block_table=self.block_table.gpu,
-            slot_mapping=self.slot_mapping.gpu[: step.num_tokens_padded],
-            query_start_loc_cpu=self.query_start_loc.cpu[: step.num_reqs + 1],
-            seq_lens_cpu=self.seq_lens.cpu[: step.num_reqs],
-            block_table_cpu=self.block_table.cpu,
+            query_start_loc=gpu.query_start_loc,
+            seq_lens=gpu.seq_lens,
+            block_table=gpu.block_table,
+            slot_mapping=gpu.slot_mapping,
+            query_start_loc_cpu=cpu.query_start_loc[: step.num_reqs + 1],
+            seq_lens_cpu=cpu.seq_lens[: step.num_reqs],
+            block_table_cpu=cpu.block_table,
             num_reqs=step.num_reqs,
             num_actual_tokens=step.num_tokens,
             max_query_len=step.max_query_len,
             max_seq_len=step.max_seq_len,
             for_capture=for_capture,
             num_common_prefix_blocks=num_common_prefix_blocks,
+            same_step_kv=step.same_step_kv,
         )
 
-    def _copy_to_device(self, num_tokens: int, num_reqs: int) -> None:
-        """The step's host-to-device copies, non-blocking, only the rows in use."""
-        for buf in (self.input_ids, self.positions, self.slot_mapping):
-            buf.copy_to_device(num_tokens)
-        self.query_start_loc.copy_to_device(num_reqs + 1)
-        self.seq_lens.copy_to_device(num_reqs)
-        self.block_table.copy_to_device(num_reqs)
+    def _copy_to_device(self, layout: StepLayout) -> None:
+        """The step's one host-to-device copy, non-blocking: the prefix its layout uses."""
+        n = layout.nbytes
+        self.device[:n].copy_(self.host[:n], non_blocking=True)

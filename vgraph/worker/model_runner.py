@@ -204,7 +204,7 @@ class ModelRunner:
         mode, key, t_pad, r_pad = self.dispatch(sched, use_cascade=num_prefix_blocks > 0)
         step, common = self.prepare_inputs(sched, t_pad, r_pad, num_prefix_blocks)
         if self.broadcast is not None:
-            token_ids = self.buffers.input_ids.np[: step.num_tokens]  # [num_tokens] int64
+            token_ids = step.layout.np.input_ids[: step.num_tokens]  # [num_tokens] int64
             self.broadcast(build_tp_step(token_ids, sched, step, mode, key, num_prefix_blocks))
         if spans:
             logits, prompt_lps = self.execute_with_prompt_logprobs(
@@ -237,6 +237,7 @@ class ModelRunner:
             msg.block_ids,
             msg.num_tokens_padded,
             msg.num_reqs_padded,
+            msg.same_step_kv,
         )
         common = self.build_common_metadata(
             step, num_common_prefix_blocks=msg.num_common_prefix_blocks
@@ -301,13 +302,9 @@ class ModelRunner:
         capturing: bool = False,
     ) -> torch.Tensor:
         """Returns float32 logits of each request's last token [num_reqs_padded, vocab_size]."""
-        n, r = step.num_tokens_padded, step.num_reqs_padded
+        inputs = step.layout.gpu  # views of the runner's static buffers, padded
         with set_forward_context(self._forward_context(common, mode, key, capturing)):
-            return self.logits_fn(
-                self.buffers.input_ids.gpu[:n],
-                self.buffers.positions.gpu[:n],
-                self.buffers.query_start_loc.gpu[: r + 1],
-            )
+            return self.logits_fn(inputs.input_ids, inputs.positions, inputs.query_start_loc)
 
     def execute_with_prompt_logprobs(
         self,
@@ -321,10 +318,10 @@ class ModelRunner:
         """The model without a FULL graph, then the head on the last tokens and the prompt
         tokens to score: (logits [num_reqs_padded, V], row -> prompt logprobs)."""
         assert mode is not CUDAGraphMode.FULL and self.model is not None
-        n, r = step.num_tokens_padded, step.num_reqs_padded
+        inputs = step.layout.gpu
         with set_forward_context(self._forward_context(common, mode, key)):
-            hidden = self.model_fn(self.buffers.input_ids.gpu[:n], self.buffers.positions.gpu[:n])
-        qsl = self.buffers.query_start_loc.gpu[: r + 1]  # [num_reqs_padded + 1]
+            hidden = self.model_fn(inputs.input_ids, inputs.positions)
+        qsl = inputs.query_start_loc  # [num_reqs_padded + 1]
         return logits_and_prompt_logprobs(hidden, qsl, self.model.compute_logits, sched, spans)
 
     def _forward_context(
