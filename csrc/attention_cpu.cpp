@@ -10,6 +10,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include "cache.h"
 #include "common.h"
 
 namespace vgraph {
@@ -119,12 +120,17 @@ void attend(const AttentionShape& s, at::Tensor& out, const at::Tensor& query,
   });
 }
 
-void paged_attention_cpu(at::Tensor& out, const at::Tensor& query, const at::Tensor& key_cache,
-                         const at::Tensor& value_cache, const at::Tensor& query_start_loc,
+void paged_attention_cpu(at::Tensor& out, const at::Tensor& query, at::Tensor& key_cache,
+                         at::Tensor& value_cache, const at::Tensor& query_start_loc,
                          const at::Tensor& seq_lens, const at::Tensor& block_table, double scale,
-                         std::optional<int64_t> num_reqs) {
+                         std::optional<int64_t> num_reqs, const std::optional<at::Tensor>& key,
+                         const std::optional<at::Tensor>& value,
+                         const std::optional<at::Tensor>& slot_mapping) {
   const AttentionShape s = check_paged_attention(out, query, key_cache, value_cache,
                                                  query_start_loc, seq_lens, block_table, num_reqs);
+  if (check_append(s, key, value, slot_mapping, key_cache, value_cache)) {
+    reshape_and_cache_cpu(*key, *value, key_cache, value_cache, *slot_mapping);
+  }
   std::vector<int32_t> token_req(s.num_tokens, -1);
   std::vector<int64_t> token_ctx(s.num_tokens, 0);
   map_tokens(s, query_start_loc.data_ptr<int32_t>(), seq_lens.data_ptr<int32_t>(), token_req,

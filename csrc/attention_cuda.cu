@@ -9,6 +9,16 @@
 // no second launch). Prefill and mixed batches use the same path per query token (correct, not
 // tuned: K/V are re-read per token, from L2).
 //
+// Append (key/value/slot_mapping given): the step's K/V rows are stored in their slots by one CTA
+// per (token, kv head), and every CTA reads the step's own positions (>= the request's cached
+// length) from those rows instead of the cache, so no CTA waits for another's store: one launch
+// instead of a cache-write kernel and an attention kernel.
+//
+// Programmatic dependent launch: metadata lookups (request, lengths, block ids) and the first
+// pipeline stages over positions cached by earlier steps run before `griddepcontrol.wait`, which
+// lets them overlap the previous kernel (the QKV projection); the query and the step's K/V are
+// read after it.
+//
 // CUDA graphs: the grid depends only on num_tokens, num_heads and the static sizes of the buffers
 // (block_table width, SM count). Every length, request boundary and block id is read on the device;
 // a partition's length is derived there from the sequence length, and CTAs past the end exit.
@@ -25,10 +35,13 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <vector>
 
+#include "cache.h"
 #include "common.h"
+#include "pdl.cuh"
 
 namespace vgraph {
 namespace {
@@ -36,7 +49,7 @@ namespace {
 constexpr int kThreads = 128;         // threads per CTA (4 warps)
 constexpr int kTokensPerLane = 4;     // consecutive positions per token lane per iteration
 constexpr int kStages = 3;            // cp.async pipeline depth: 48 KiB smem, 4 CTAs per SM
-constexpr int kMinChunk = 64;         // smallest partition, in positions
+constexpr int kMinChunk = 64;         // smallest partition, in positions (VGRAPH_ATTN_MIN_CHUNK)
 constexpr int kMaxChunk = 8192;       // longest partition a long context is cut into
 constexpr int kMaxParts = 512;        // bound on partitions (the merge keeps weights in smem)
 constexpr int64_t kMaxWorkspaceBytes = 64 << 20;  // bound on the partials of one call
@@ -53,8 +66,15 @@ struct AttnParams {
   float* part_out;               // [num_tokens, num_heads, num_parts, head_dim]
   float2* part_ml;               // [num_tokens, num_heads, num_parts] (max in log2 units, sum)
   unsigned int* counters;        // [num_tokens, num_heads / GT] arrivals, zero between launches
+  // Append (key != nullptr): this step's K/V rows [num_tokens, num_kv_heads, head_dim] (strided),
+  // written to their slots and read from these rows for the step's own positions.
+  const void* key;
+  const void* value;
+  const int64_t* slot_mapping;   // [num_tokens], -1 = pad token (not written)
+  int64_t k_tok_stride, k_head_stride, v_tok_stride, v_head_stride;
   int64_t q_tok_stride, q_head_stride, o_tok_stride, o_head_stride, bt_stride;
   int num_heads, num_kv_heads, num_reqs, max_blocks, log2_block_size, num_parts, group;
+  int min_chunk;                 // smallest partition, in positions (min_chunk())
   float scale_log2;              // softmax scale * log2(e): scores live in log2 units
 };
 
@@ -169,9 +189,9 @@ __device__ int find_request(const int* __restrict__ qsl, const int* __restrict__
 }
 
 // A context of ctx positions is cut into `used` <= num_parts chunks of `chunk` positions (a
-// multiple of the block size, at least kMinChunk). Computed identically by every CTA of a token.
-__device__ __forceinline__ void split_context(int ctx, int num_parts, int log2_bs, int& chunk,
-                                              int& used) {
+// multiple of the block size, at least min_chunk). Computed identically by every CTA of a token.
+__device__ __forceinline__ void split_context(int ctx, int num_parts, int log2_bs, int min_chunk,
+                                              int& chunk, int& used) {
   if (ctx <= 0) {
     chunk = 0;
     used = 0;
@@ -179,9 +199,30 @@ __device__ __forceinline__ void split_context(int ctx, int num_parts, int log2_b
   }
   int c = (ctx + num_parts - 1) / num_parts;
   c = ((c + (1 << log2_bs) - 1) >> log2_bs) << log2_bs;
-  c = max(c, kMinChunk);
+  c = max(c, min_chunk);
   chunk = c;
   used = (ctx + c - 1) / c;
+}
+
+// Stores token t's K and V rows of kv head kvh in its slot (slot -1: a pad token, not stored):
+// 16-byte copies by the first 2 * HEAD_DIM / VEC threads. The cache is contiguous, so slot s
+// starts at element s * num_kv_heads * head_dim.
+template <typename scalar_t, int HEAD_DIM>
+__device__ __forceinline__ void append_kv(const AttnParams& p, int t, int kvh) {
+  constexpr int VEC = 16 / sizeof(scalar_t);
+  constexpr int LANES = HEAD_DIM / VEC;
+  const int tid = threadIdx.x;
+  if (tid >= 2 * LANES) return;
+  const int64_t slot = p.slot_mapping[t];
+  if (slot < 0) return;
+  const bool is_v = tid >= LANES;
+  const int d = (tid % LANES) * VEC;
+  const scalar_t* src = reinterpret_cast<const scalar_t*>(is_v ? p.value : p.key) +
+                        t * (is_v ? p.v_tok_stride : p.k_tok_stride) +
+                        kvh * (is_v ? p.v_head_stride : p.k_head_stride) + d;
+  scalar_t* dst = reinterpret_cast<scalar_t*>(const_cast<void*>(is_v ? p.value_cache : p.key_cache)) +
+                  (slot * p.num_kv_heads + kvh) * HEAD_DIM + d;
+  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
 }
 
 // Merges the `used` partials of heads h0..h0+GT of token t into their output rows:
@@ -299,44 +340,24 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
   const int kvh = h0 / p.group;
   scalar_t* out = reinterpret_cast<scalar_t*>(p.out) + t * p.o_tok_stride;
 
-  // 1. This lane's slice of the GT query rows, pre-scaled into log2 units (loads issued first so
-  // they overlap the request lookup).
-  float q[GT][VEC];
-  {
-    const scalar_t* qp =
-        reinterpret_cast<const scalar_t*>(p.query) + t * p.q_tok_stride + lane_d * VEC;
-#pragma unroll
-    for (int g = 0; g < GT; ++g)
-#pragma unroll
-      for (int v = 0; v < VEC; ++v)
-        q[g][v] = static_cast<float>(qp[(h0 + g) * p.q_head_stride + v]) * p.scale_log2;
-  }
-
-  // 2. Which request owns this token, and how many positions it attends to.
+  // 1. Which request owns this token, and how many positions it attends to: metadata the host
+  // copied before the step, so it is read before waiting for the previous kernel (PDL).
   const int r = find_request(p.query_start_loc, p.seq_lens, p.num_reqs, t, s_meta);
-  int ctx = 0;
+  int ctx = 0, q_start = 0, ctx_old = 0;  // ctx_old: positions cached before this step
   if (r >= 0) {
-    const int q_start = s_meta[1];
-    const int q_len = s_meta[2] - q_start;
-    ctx = s_meta[3] - q_len + (t - q_start) + 1;
+    q_start = s_meta[1];
+    ctx_old = s_meta[3] - (s_meta[2] - q_start);
+    ctx = ctx_old + (t - q_start) + 1;
     ctx = max(0, min(ctx, p.max_blocks << p.log2_block_size));
   }
   int chunk, used;
-  split_context(ctx, p.num_parts, p.log2_block_size, chunk, used);
-  if (used == 0) {  // pad token: the row is defined as zeros
-    if (part == 0) {
-      for (int i = tid; i < GT * HEAD_DIM; i += kThreads) {
-        out[(h0 + i / HEAD_DIM) * p.o_head_stride + i % HEAD_DIM] = static_cast<scalar_t>(0.f);
-      }
-    }
-    return;
-  }
-  if (part >= used) return;
+  split_context(ctx, p.num_parts, p.log2_block_size, p.min_chunk, chunk, used);
+  if (used > 0 && part >= used) return;  // past the end (never the appending CTA: part 0)
   const int start = part * chunk;
   const int end = min(start + chunk, ctx);
-  const int num_iters = (end - start + TPI - 1) / TPI;
+  const int num_iters = (end - start + TPI - 1) / TPI;  // 0 for a pad token
 
-  // 3. Stream K/V: lane (tl, lane_d) owns positions pos0 + [0, U) of each iteration, all in one
+  // 2. Stream K/V: lane (tl, lane_d) owns positions pos0 + [0, U) of each iteration, all in one
   // block (block_size >= U and pos0 % U == 0), staged in its own smem slots so no barrier is
   // needed between the copy and the use.
   uint4* stage_buf = reinterpret_cast<uint4*>(smem);  // [kStages][U][2][kThreads]
@@ -347,7 +368,15 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
       reinterpret_cast<const scalar_t*>(p.key_cache) + kvh * HEAD_DIM + lane_d * VEC;
   const scalar_t* vc =
       reinterpret_cast<const scalar_t*>(p.value_cache) + kvh * HEAD_DIM + lane_d * VEC;
-  const int* bt = p.block_table + static_cast<int64_t>(r) * p.bt_stride;
+  const int* bt = p.block_table + static_cast<int64_t>(max(r, 0)) * p.bt_stride;
+  // Append: positions >= ctx_old are this step's tokens, read from their K/V rows.
+  const bool from_rows = p.key != nullptr;
+  const scalar_t* kr = from_rows ? reinterpret_cast<const scalar_t*>(p.key) +
+                                       kvh * p.k_head_stride + lane_d * VEC
+                                 : nullptr;
+  const scalar_t* vr = from_rows ? reinterpret_cast<const scalar_t*>(p.value) +
+                                       kvh * p.v_head_stride + lane_d * VEC
+                                 : nullptr;
 
   // Block ids are loaded a stage ahead of their copies, so no copy waits on a block-table read.
   auto block_of = [&](int iter) {
@@ -362,14 +391,61 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
                           static_cast<int64_t>(pos0 & bs_mask) * tok_stride;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const bool valid = pos0 + u < end;
-        const int64_t o = valid ? off + u * tok_stride : 0;
-        cp_async16(slot + (2 * u) * kThreads, kc + o, valid);
-        cp_async16(slot + (2 * u + 1) * kThreads, vc + o, valid);
+        const int pos = pos0 + u;
+        const bool valid = pos < end;
+        const scalar_t* ks = kc;
+        const scalar_t* vs = vc;
+        int64_t ko = 0, vo = 0;
+        if (valid && from_rows && pos >= ctx_old) {
+          const int64_t row = q_start + (pos - ctx_old);  // in [q_start, t]
+          ks = kr, vs = vr, ko = row * p.k_tok_stride, vo = row * p.v_tok_stride;
+        } else if (valid) {
+          ko = vo = off + u * tok_stride;
+        }
+        cp_async16(slot + (2 * u) * kThreads, ks + ko, valid);
+        cp_async16(slot + (2 * u + 1) * kThreads, vs + vo, valid);
       }
     }
     cp_async_commit();  // an empty group past the end keeps the group count uniform
   };
+
+  // The pipeline's first stages read positions cached by earlier steps only: those are issued
+  // before the wait, overlapping the previous kernel's tail. (Positions from this step, in the
+  // cache or in the K/V rows, are written by the previous kernels: after the wait.)
+  int blk[kStages];
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) blk[s] = block_of(s);  // independent loads, one round trip
+  const bool early = used > 0 && min(end, start + (kStages - 1) * TPI) <= ctx_old;
+  if (early) {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) issue(s, blk[s]);
+  }
+  pdl::launch_dependents();
+  pdl::wait();  // below: the query and this step's K/V, written by the previous kernel
+
+  // 3. Append: one CTA per (token, kv head) stores the token's K/V rows in its slot. No CTA of
+  // this launch reads that slot: the step's own positions are read from the rows.
+  if (p.key != nullptr && part == 0 && h0 == kvh * p.group) append_kv<scalar_t, HEAD_DIM>(p, t, kvh);
+  if (used == 0) {  // pad token: the row is defined as zeros
+    if (part == 0) {
+      for (int i = tid; i < GT * HEAD_DIM; i += kThreads) {
+        out[(h0 + i / HEAD_DIM) * p.o_head_stride + i % HEAD_DIM] = static_cast<scalar_t>(0.f);
+      }
+    }
+    return;
+  }
+
+  // 4. This lane's slice of the GT query rows, pre-scaled into log2 units.
+  float q[GT][VEC];
+  {
+    const scalar_t* qp =
+        reinterpret_cast<const scalar_t*>(p.query) + t * p.q_tok_stride + lane_d * VEC;
+#pragma unroll
+    for (int g = 0; g < GT; ++g)
+#pragma unroll
+      for (int v = 0; v < VEC; ++v)
+        q[g][v] = static_cast<float>(qp[(h0 + g) * p.q_head_stride + v]) * p.scale_log2;
+  }
 
   // Softmax state per token lane: running max m (log2 units), sum l, unnormalised acc.
   float m[GT], l[GT], acc[GT][VEC];
@@ -380,12 +456,10 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
 #pragma unroll
     for (int v = 0; v < VEC; ++v) acc[g][v] = 0.f;
   }
-
-  int blk[kStages];
+  if (!early) {
 #pragma unroll
-  for (int s = 0; s < kStages; ++s) blk[s] = block_of(s);  // independent loads, one round trip
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) issue(s, blk[s]);
+    for (int s = 0; s < kStages - 1; ++s) issue(s, blk[s]);
+  }
   int next_blk = blk[kStages - 1];
 
   for (int iter = 0; iter < num_iters; ++iter) {
@@ -455,7 +529,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
   cp_async_wait<0>();
   __syncthreads();  // the pipeline buffers become the merge buffers
 
-  // 4. Merge the token lanes' softmax states; token lane 0 saw position `start`, so mx is finite.
+  // 5. Merge the token lanes' softmax states; token lane 0 saw position `start`, so mx is finite.
   float* s_acc = reinterpret_cast<float*>(smem);  // [TLANES][GT][HEAD_DIM]
   float* s_m = s_acc + TLANES * GT * HEAD_DIM;    // [TLANES][GT]
   float* s_l = s_m + TLANES * GT;                 // [TLANES][GT]
@@ -492,7 +566,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
   }
   if (used == 1) return;
 
-  // 5. Arrive, and the last arrival merges. The barrier orders every thread's partial stores
+  // 6. Arrive, and the last arrival merges. The barrier orders every thread's partial stores
   // before thread 0's fence, which (cumulative, as in cooperative groups' grid sync) makes them
   // visible device-wide before the arrival is counted; the CTA that sees the count reach `used`
   // fences again before its threads read the others' partials. No CTA waits for another, so
@@ -513,16 +587,30 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
   if (s_last) merge_partials<scalar_t, HEAD_DIM, GT>(p, t, h0, used, out, smem);
 }
 
+// The smallest partition: kMinChunk, or VGRAPH_ATTN_MIN_CHUNK (a multiple of 16, for
+// measurements): short contexts cost a merge when split, long ones need the parallelism.
+int min_chunk() {
+  static const int value = [] {
+    const char* v = std::getenv("VGRAPH_ATTN_MIN_CHUNK");
+    const int n = v == nullptr ? kMinChunk : std::atoi(v);
+    TORCH_CHECK(n >= 16 && n % 16 == 0 && n <= kMaxChunk, "VGRAPH_ATTN_MIN_CHUNK must be a multiple "
+                "of 16 in [16, ", kMaxChunk, "], got ", v);
+    return n;
+  }();
+  return value;
+}
+
 // Number of partitions, from static sizes only (num_tokens, head groups, block_table width, SM
 // occupancy): enough CTAs to fill half the resident slots when the batch is small (measured on
 // H200: a full wave of shorter partitions loses to half a wave of longer ones), long contexts cut
-// into pieces of at most kMaxChunk, no piece shorter than kMinChunk, partials bounded in memory.
-int choose_num_parts(const AttentionShape& s, int64_t num_groups, int64_t resident_ctas) {
+// into pieces of at most kMaxChunk, no piece shorter than min_chunk, partials bounded in memory.
+int choose_num_parts(const AttentionShape& s, int64_t num_groups, int64_t resident_ctas,
+                     int64_t min_chunk) {
   const int64_t pairs = s.num_tokens * num_groups;
   const int64_t max_ctx = s.max_blocks_per_req * s.block_size;
   const int64_t part_bytes = s.num_tokens * s.num_heads * (s.head_dim + 2) * 4;
   int64_t np = std::max(resident_ctas / (2 * pairs), (max_ctx + kMaxChunk - 1) / kMaxChunk);
-  np = std::min({np, (max_ctx + kMinChunk - 1) / kMinChunk,
+  np = std::min({np, (max_ctx + min_chunk - 1) / min_chunk,
                  kMaxWorkspaceBytes / std::max<int64_t>(part_bytes, 1),
                  static_cast<int64_t>(kMaxParts)});
   return static_cast<int>(std::max<int64_t>(np, 1));
@@ -583,7 +671,7 @@ void launch(const AttentionShape& s, AttnParams p, const at::Tensor& query, cuda
     return static_cast<int64_t>(std::max(per_sm, 1)) * num_sms;
   }();
   const int64_t num_groups = s.num_heads / GT;
-  p.num_parts = choose_num_parts(s, num_groups, resident_ctas);
+  p.num_parts = choose_num_parts(s, num_groups, resident_ctas, p.min_chunk);
   at::Tensor workspace;  // one allocation for the partials: static sizes for a given shape
   if (p.num_parts > 1) {
     const int64_t rows = s.num_tokens * s.num_heads * p.num_parts;
@@ -596,8 +684,10 @@ void launch(const AttentionShape& s, AttnParams p, const at::Tensor& query, cuda
   }
   const dim3 grid(static_cast<unsigned>(s.num_tokens), static_cast<unsigned>(num_groups),
                   static_cast<unsigned>(p.num_parts));
-  kernel<<<grid, kThreads, Cfg::kSmemBytes, stream>>>(p);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  cudaLaunchAttribute attr[1];
+  const cudaLaunchConfig_t cfg =
+      pdl::launch_config(grid, dim3(kThreads), Cfg::kSmemBytes, stream, attr);
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
 }
 
 template <typename scalar_t, int HEAD_DIM>
@@ -617,12 +707,22 @@ void dispatch_head_dim(const AttentionShape& s, const AttnParams& p, const at::T
   return dispatch_group<scalar_t, 128>(s, p, query, stream);
 }
 
-void paged_attention_cuda(at::Tensor& out, const at::Tensor& query, const at::Tensor& key_cache,
-                          const at::Tensor& value_cache, const at::Tensor& query_start_loc,
+// The append's rows can be read with 16-byte cp.async copies (else: a separate cache write).
+bool rows_aligned16(const at::Tensor& t) {
+  const int64_t vec = 16 / t.element_size();
+  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && t.stride(0) % vec == 0 &&
+         t.stride(1) % vec == 0;
+}
+
+void paged_attention_cuda(at::Tensor& out, const at::Tensor& query, at::Tensor& key_cache,
+                          at::Tensor& value_cache, const at::Tensor& query_start_loc,
                           const at::Tensor& seq_lens, const at::Tensor& block_table, double scale,
-                          std::optional<int64_t> num_reqs) {
+                          std::optional<int64_t> num_reqs, const std::optional<at::Tensor>& key,
+                          const std::optional<at::Tensor>& value,
+                          const std::optional<at::Tensor>& slot_mapping) {
   const AttentionShape s = check_paged_attention(out, query, key_cache, value_cache,
                                                  query_start_loc, seq_lens, block_table, num_reqs);
+  const bool append = check_append(s, key, value, slot_mapping, key_cache, value_cache);
   TORCH_CHECK(s.head_dim == 64 || s.head_dim == 128, "CUDA paged_attention supports head_dim 64 "
               "and 128, got ", s.head_dim);
   TORCH_CHECK(s.block_size >= 8, "CUDA paged_attention needs block_size >= 8, got ", s.block_size);
@@ -631,6 +731,10 @@ void paged_attention_cuda(at::Tensor& out, const at::Tensor& query, const at::Te
   if (s.num_tokens == 0) return;
   const c10::cuda::CUDAGuard guard(query.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const bool fused_append = append && rows_aligned16(*key) && rows_aligned16(*value);
+  if (append && !fused_append) {
+    reshape_and_cache_cuda(*key, *value, key_cache, value_cache, *slot_mapping);
+  }
 
   AttnParams p{};
   p.out = out.data_ptr();
@@ -652,6 +756,16 @@ void paged_attention_cuda(at::Tensor& out, const at::Tensor& query, const at::Te
   p.log2_block_size = __builtin_ctzll(static_cast<uint64_t>(s.block_size));
   p.group = static_cast<int>(s.num_heads / s.num_kv_heads);
   p.scale_log2 = static_cast<float>(scale) * 1.4426950408889634f;
+  p.min_chunk = min_chunk();
+  if (fused_append) {
+    p.key = key->data_ptr();
+    p.value = value->data_ptr();
+    p.slot_mapping = slot_mapping->data_ptr<int64_t>();
+    p.k_tok_stride = key->stride(0);
+    p.k_head_stride = key->stride(1);
+    p.v_tok_stride = value->stride(0);
+    p.v_head_stride = value->stride(1);
+  }
 
   switch (query.scalar_type()) {
     case at::kFloat: return dispatch_head_dim<float>(s, p, query, stream);

@@ -13,11 +13,13 @@ TORCH_LIBRARY(vgraph_C, m) {
   // out/query: [num_tokens, num_heads, head_dim]; query_start_loc: int32 [num_reqs_padded + 1];
   // seq_lens: int32 [num_reqs_padded]; block_table: int32 [num_reqs_padded, max_blocks_per_req].
   // num_reqs (default seq_lens.size(0)) bounds the requests looked at; it is a launch-time
-  // constant, like every other size here.
+  // constant, like every other size here. key/value/slot_mapping (reshape_and_cache's, all or
+  // none): the append, this step's K/V written to the cache by the same launch first.
   m.def(
-      "paged_attention(Tensor(a!) out, Tensor query, Tensor key_cache, Tensor value_cache, "
-      "Tensor query_start_loc, Tensor seq_lens, Tensor block_table, float scale, "
-      "int? num_reqs=None) -> ()");
+      "paged_attention(Tensor(a!) out, Tensor query, Tensor(b!) key_cache, "
+      "Tensor(c!) value_cache, Tensor query_start_loc, Tensor seq_lens, Tensor block_table, "
+      "float scale, int? num_reqs=None, Tensor? key=None, Tensor? value=None, "
+      "Tensor? slot_mapping=None) -> ()");
   // Cascade attention (cascade_cpu.cpp / cascade_cuda.cu): paged_attention's result, computed
   // as one non-causal pass of every query token over the first num_prefix_blocks blocks (the same
   // for every request: block_table row 0's; every query must sit after them), one causal pass of

@@ -6,6 +6,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include "cache.h"
 #include "common.h"
 
 namespace vgraph {
@@ -36,6 +37,8 @@ void copy_rows(const at::Tensor& src, scalar_t* dst_cache, const int64_t* slots,
   });
 }
 
+}  // namespace
+
 void reshape_and_cache_cpu(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache,
                            at::Tensor& value_cache, const at::Tensor& slot_mapping) {
   check_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping);
@@ -48,7 +51,6 @@ void reshape_and_cache_cpu(const at::Tensor& key, const at::Tensor& value, at::T
   });
 }
 
-}  // namespace
 }  // namespace vgraph
 
 TORCH_LIBRARY_IMPL(vgraph_C, CPU, m) { m.impl("reshape_and_cache", &vgraph::reshape_and_cache_cpu); }

@@ -7,6 +7,7 @@
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
+#include "cache.h"
 #include "common.h"
 
 namespace vgraph {
@@ -46,6 +47,8 @@ bool aligned16(const at::Tensor& t, int vec) {
          t.stride(1) % vec == 0;
 }
 
+}  // namespace
+
 void reshape_and_cache_cuda(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache,
                             at::Tensor& value_cache, const at::Tensor& slot_mapping) {
   check_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping);
@@ -76,7 +79,6 @@ void reshape_and_cache_cuda(const at::Tensor& key, const at::Tensor& value, at::
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-}  // namespace
 }  // namespace vgraph
 
 TORCH_LIBRARY_IMPL(vgraph_C, CUDA, m) {

@@ -99,6 +99,22 @@ inline AttentionShape check_paged_attention(const at::Tensor& out, const at::Ten
   return s;
 }
 
+// paged_attention's append (key, value, slot_mapping: all or none): reshape_and_cache's checks,
+// one K/V row per query token. Returns whether the call appends.
+inline bool check_append(const AttentionShape& s, const std::optional<at::Tensor>& key,
+                         const std::optional<at::Tensor>& value,
+                         const std::optional<at::Tensor>& slot_mapping,
+                         const at::Tensor& key_cache, const at::Tensor& value_cache) {
+  const int given = key.has_value() + value.has_value() + slot_mapping.has_value();
+  if (given == 0) return false;
+  TORCH_CHECK(given == 3, "paged_attention: key, value and slot_mapping are given together (the "
+              "append of this step's K/V), got ", given, " of them");
+  check_reshape_and_cache(*key, *value, key_cache, value_cache, *slot_mapping);
+  TORCH_CHECK(key->size(0) == s.num_tokens, "paged_attention: key has ", key->size(0),
+              " rows, query ", s.num_tokens);
+  return true;
+}
+
 // cascade_attention: paged_attention's checks, and the shared prefix within the table's width.
 inline AttentionShape check_cascade_attention(const at::Tensor& out, const at::Tensor& query,
                                               const at::Tensor& key_cache,

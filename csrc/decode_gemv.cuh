@@ -14,23 +14,12 @@
 #include <c10/util/Half.h>
 
 #include "decode_gemv.h"
+#include "pdl.cuh"
 
 namespace vgraph {
 namespace gemv {
 
 // ---- PTX helpers (sm_90) -----------------------------------------------------------------------
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" :::);
-#endif
-}
-
 // Weights are streamed once: read-only path, no L1 allocation. Volatile keeps it before the wait.
 __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   uint4 v;
@@ -119,8 +108,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
     }
   };
   load_chunk(0);
-  pdl_launch_dependents();
-  pdl_wait();  // everything below may read what the previous kernel wrote
+  pdl::launch_dependents();
+  pdl::wait();  // everything below may read what the previous kernel wrote
 
   // 3. RMSNorm prologue: 1 / rms of each token's row, reduced over the CTA.
   float inv_rms[MT];
@@ -266,27 +255,10 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
 }
 
 // ---- launch ------------------------------------------------------------------------------------
-// VGRAPH_PDL=0 turns programmatic dependent launch off (for comparisons).
-inline bool pdl_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("VGRAPH_PDL");
-    return v == nullptr || v[0] != '0';
-  }();
-  return enabled;
-}
-
 template <typename T, int MT, Epilogue E>
 void launch_mt(const GemvArgs<T>& a, int grid, cudaStream_t stream) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  const cudaLaunchConfig_t cfg = pdl::launch_config(dim3(grid), dim3(kThreads), 0, stream, attr);
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<T, MT, E>, a));
 }
 

@@ -78,6 +78,9 @@ def _register_fakes() -> None:
         block_table,
         scale,
         num_reqs=None,
+        key=None,
+        value=None,
+        slot_mapping=None,
     ) -> None:
         return None
 

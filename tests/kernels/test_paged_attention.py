@@ -1,8 +1,9 @@
-"""vgraph_C.paged_attention (with reshape_and_cache writing the step's K/V) against the torch
-reference, over dtypes, head sizes, block sizes, GQA ratios and decode / prefill / mixed batches
-with pad requests and pad tokens; on CPU always, on CUDA under the `gpu` marker. Also: a CUDA graph
-captured once stays correct when the lengths and block tables in its buffers change, and replays
-of several graphs with split and unsplit contexts leave the CUDA merge's arrival counters at zero.
+"""vgraph_C.paged_attention (with reshape_and_cache writing the step's K/V first, or with the
+op's own append of them) against the torch reference, over dtypes, head sizes, block sizes, GQA
+ratios and decode / prefill / mixed batches with pad requests and pad tokens; on CPU always, on
+CUDA under the `gpu` marker. Also: a CUDA graph captured once stays correct when the lengths and
+block tables in its buffers change, and replays of several graphs with split and unsplit contexts
+leave the CUDA merge's arrival counters at zero.
 """
 
 from __future__ import annotations
@@ -136,11 +137,15 @@ def make_batch(
     )
 
 
-def run_op(b: Batch, out: torch.Tensor, num_reqs: int | None = None) -> None:
+def run_op(b: Batch, out: torch.Tensor, num_reqs: int | None = None, append: bool = False) -> None:
+    """The step's K/V written by reshape_and_cache, then attention; or (append) both in one
+    paged_attention call, which on CUDA reads the step's own positions from the K/V rows."""
     scale = b.query.shape[-1] ** -0.5
-    torch.ops.vgraph_C.reshape_and_cache(
-        b.key, b.value, b.kv_cache[0], b.kv_cache[1], b.slot_mapping
-    )
+    if not append:
+        torch.ops.vgraph_C.reshape_and_cache(
+            b.key, b.value, b.kv_cache[0], b.kv_cache[1], b.slot_mapping
+        )
+    kv = (b.key, b.value, b.slot_mapping) if append else (None, None, None)
     torch.ops.vgraph_C.paged_attention(
         out,
         b.query,
@@ -151,6 +156,7 @@ def run_op(b: Batch, out: torch.Tensor, num_reqs: int | None = None) -> None:
         b.block_table,
         scale,
         num_reqs,
+        *kv,
     )
 
 
@@ -172,18 +178,18 @@ def run_ref(b: Batch, kv_cache: torch.Tensor, num_reqs: int | None = None) -> to
     return out
 
 
-def capture_op(static: Batch) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+def capture_op(static: Batch, append: bool = False) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
     """run_op over static's buffers captured in a CUDA graph (after a warm-up on a side stream,
     outside the capture) -> (graph, the output it writes)."""
     out = torch.empty_like(static.query)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        run_op(static, out)
+        run_op(static, out, append=append)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        run_op(static, out)
+        run_op(static, out, append=append)
     return graph, out
 
 
@@ -194,14 +200,24 @@ def check(out: torch.Tensor, ref: torch.Tensor, pad_rows: torch.Tensor) -> None:
     assert err < REL_TOL[out.dtype], f"relative error {err:.2e} >= {REL_TOL[out.dtype]:.0e}"
 
 
+APPEND = pytest.mark.parametrize("append", [False, True], ids=["write_first", "append"])
+
+
 @pytest.mark.parametrize("device", DEVICES)
+@APPEND
 @pytest.mark.parametrize("kind", list(BATCHES))
 @pytest.mark.parametrize("group", [1, 4])
 @pytest.mark.parametrize("block_size", [16, 32])
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_paged_attention_matches_reference(
-    dtype: torch.dtype, head_dim: int, block_size: int, group: int, kind: str, device: str
+    dtype: torch.dtype,
+    head_dim: int,
+    block_size: int,
+    group: int,
+    kind: str,
+    append: bool,
+    device: str,
 ) -> None:
     b = make_batch(
         BATCHES[kind],
@@ -215,20 +231,37 @@ def test_paged_attention_matches_reference(
     )
     kv_ref = b.kv_cache.clone()
     out = torch.full_like(b.query, float("nan"))
-    run_op(b, out)
+    run_op(b, out, append=append)
     ref = run_ref(b, kv_ref)
-    assert torch.equal(b.kv_cache, kv_ref), "reshape_and_cache differs from the reference"
+    assert torch.equal(b.kv_cache, kv_ref), "the cache write differs from the reference"
     check(out, ref, b.pad_rows)
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_num_reqs_bounds_the_requests(device: str) -> None:
-    """Requests at or past num_reqs own no tokens: their rows come out as zeros."""
+@APPEND
+def test_num_reqs_bounds_the_requests(append: bool, device: str) -> None:
+    """Requests at or past num_reqs own no tokens: their rows come out as zeros (their K/V are
+    still written to their slots, as reshape_and_cache writes every slot given)."""
     b = make_batch(BATCHES["mixed"], 4, 64, 16, torch.float32, device, seed=7)
     out = torch.full_like(b.query, float("nan"))
-    run_op(b, out, num_reqs=4)
-    ref = run_ref(b, b.kv_cache.clone(), num_reqs=4)
+    kv_ref = b.kv_cache.clone()
+    run_op(b, out, num_reqs=4, append=append)
+    ref = run_ref(b, kv_ref, num_reqs=4)
+    assert torch.equal(b.kv_cache, kv_ref), "the cache write differs from the reference"
     check(out, ref, b.pad_rows | (torch.arange(len(out), device=device) >= 1 + 12 + 1 + 7))
+
+
+def test_append_arguments_come_together() -> None:
+    """The append's checks (shared by both devices: csrc/common.h), on the CPU."""
+    b = make_batch(BATCHES["decode"], 2, 64, 16, torch.float32, "cpu", seed=5)
+    out = torch.empty_like(b.query)
+    args = (out, b.query, b.kv_cache[0], b.kv_cache[1], b.query_start_loc, b.seq_lens)
+    with pytest.raises(RuntimeError, match="key, value and slot_mapping are given together"):
+        torch.ops.vgraph_C.paged_attention(*args, b.block_table, 0.125, None, b.key, b.value)
+    with pytest.raises(RuntimeError, match="key has 2 rows, query 8"):
+        torch.ops.vgraph_C.paged_attention(
+            *args, b.block_table, 0.125, None, b.key[:2], b.value[:2], b.slot_mapping
+        )
 
 
 def test_ops_trace_under_torch_compile() -> None:
@@ -240,9 +273,13 @@ def test_ops_trace_under_torch_compile() -> None:
         torch.ops.vgraph_C.reshape_and_cache.default,
         (b.key, b.value, k_cache, v_cache, b.slot_mapping),
     )
+    metadata = (b.query_start_loc, b.seq_lens, b.block_table, 0.125, None)
+    torch.library.opcheck(
+        torch.ops.vgraph_C.paged_attention.default, (out, b.query, k_cache, v_cache, *metadata)
+    )
     torch.library.opcheck(
         torch.ops.vgraph_C.paged_attention.default,
-        (out, b.query, k_cache, v_cache, b.query_start_loc, b.seq_lens, b.block_table, 0.125, None),
+        (out, b.query, k_cache, v_cache, *metadata, b.key, b.value, b.slot_mapping),
     )
 
 
@@ -255,7 +292,8 @@ def test_ops_trace_under_torch_compile() -> None:
     ("num_reqs", "seq_len", "max_blocks"),
     [(1, 8000, 600), (3, 3000, 2048), (64, 700, 64), (300, 257, 40)],
 )
-def test_cuda_decode_partitions(num_reqs: int, seq_len: int, max_blocks: int) -> None:
+@APPEND
+def test_cuda_decode_partitions(num_reqs: int, seq_len: int, max_blocks: int, append: bool) -> None:
     """Long and short contexts over wide block tables: split and unsplit launches."""
     gen = torch.Generator().manual_seed(num_reqs)
     reqs = [
@@ -268,7 +306,7 @@ def test_cuda_decode_partitions(num_reqs: int, seq_len: int, max_blocks: int) ->
     b.block_table = wide
     kv_ref = b.kv_cache.clone()
     out = torch.full_like(b.query, float("nan"))
-    run_op(b, out)
+    run_op(b, out, append=append)
     check(out, run_ref(b, kv_ref), b.pad_rows)
 
 
@@ -277,7 +315,8 @@ def test_cuda_decode_partitions(num_reqs: int, seq_len: int, max_blocks: int) ->
     not (torch.cuda.is_available() and has_cuda_kernels()),
     reason="needs a GPU and a CUDA build of vgraph._C",
 )
-def test_cuda_graph_replay_follows_new_lengths() -> None:
+@APPEND
+def test_cuda_graph_replay_follows_new_lengths(append: bool) -> None:
     """Capture once over a mixed batch, then new lengths/block tables in the same buffers."""
     dtype, head_dim, block_size, group = torch.bfloat16, 128, 16, 4
     num_tokens, num_reqs_padded, max_blocks = 32, 6, 16
@@ -322,7 +361,7 @@ def test_cuda_graph_replay_follows_new_lengths() -> None:
         padded_table(first),
         first.pad_rows,
     )
-    graph, out = capture_op(static)
+    graph, out = capture_op(static, append)
 
     for src in (first, second):
         for name in ("query", "key", "value", "slot_mapping", "query_start_loc", "seq_lens"):
@@ -356,7 +395,10 @@ ONE_PART, SEVERAL_PARTS, ANY = (1, 64), (65, 4096), (1, 4096)
     reason="needs a GPU and a CUDA build of vgraph._C",
 )
 @pytest.mark.parametrize(("group", "head_dim"), [(1, 64), (2, 128), (8, 128)])
-def test_cuda_graph_replays_reset_the_merge_counters(group: int, head_dim: int) -> None:
+@APPEND
+def test_cuda_graph_replays_reset_the_merge_counters(
+    group: int, head_dim: int, append: bool
+) -> None:
     """Decode graphs of 1 and 8 tokens, replayed in turn with one-partition and split contexts and
     fewer real requests than tokens: the last CTA of a split context merges the partials and
     resets its arrival counter, so every replay (sharing one counter buffer) matches the torch
@@ -395,7 +437,7 @@ def test_cuda_graph_replays_reset_the_merge_counters(group: int, head_dim: int) 
             first.pad_rows,
         )
         copy_step(static, first)
-        graph, out = capture_op(static)
+        graph, out = capture_op(static, append)
         graphs[num_tokens] = (graph, static, out)
 
     # (num_tokens, real requests, context range): the two graphs interleaved, split contexts
@@ -419,3 +461,44 @@ def test_cuda_graph_replays_reset_the_merge_counters(group: int, head_dim: int) 
         graph.replay()
         torch.cuda.synchronize()
         check(out, run_ref(static, kv_ref), static.pad_rows)
+
+
+@pytest.mark.parametrize(
+    ("max_query_len", "same_step_kv", "appends"),
+    [(1, False, True), (7, False, False), (1, True, False)],
+    ids=["decode", "prefill", "same_step_hit"],
+)
+def test_csrc_backend_appends_only_over_kv_of_earlier_steps(
+    monkeypatch, max_query_len: int, same_step_kv: bool, appends: bool
+) -> None:
+    """The csrc backend's attention appends the step's K/V in its own launch only in a decode
+    step over KV of earlier steps; a step with prefills (whose FULL graph serves any such step)
+    or one that reads KV it writes itself (a same-step prefix hit) writes them first."""
+    from vgraph.attention.backend import CommonAttentionMetadata
+    from vgraph.attention.csrc_backend import CsrcAttentionImpl
+
+    b = make_batch(BATCHES["decode"], 2, 64, 16, torch.float32, "cpu", seed=11)
+    impl = CsrcAttentionImpl(2 * NUM_KV_HEADS, NUM_KV_HEADS, 64, 0.125)
+    writes = []
+    write = impl.write_kv_cache
+    monkeypatch.setattr(impl, "write_kv_cache", lambda *a: writes.append(a) or write(*a))
+    md = CommonAttentionMetadata(
+        b.query_start_loc,
+        b.seq_lens,
+        b.block_table,
+        b.slot_mapping,
+        b.query_start_loc,
+        b.seq_lens,
+        b.block_table,
+        num_reqs=len(b.seq_lens),
+        num_actual_tokens=len(b.query),
+        max_query_len=max_query_len,
+        max_seq_len=int(b.seq_lens.max()),
+        same_step_kv=same_step_kv,
+    )
+    kv_ref = b.kv_cache.clone()
+    out = torch.full_like(b.query, float("nan"))
+    impl.forward(b.query, b.kv_cache, md, out, b.key, b.value)
+    assert bool(writes) != appends
+    check(out, run_ref(b, kv_ref), b.pad_rows)
+    assert torch.equal(b.kv_cache, kv_ref)

@@ -2,9 +2,14 @@
 
 Every length and block index is read from device tensors and the launch shape depends only on
 the padded token and request counts, so any step (decode, prefill chunks, mixed) can be captured:
-support ALWAYS. Pad tokens (slot -1) are skipped by the cache write; rows owned by no request
-come back as zeros. Steps with a shared prefix (metadata.num_common_prefix_blocks) run the
-cascade_attention op instead: never inside a FULL graph (the dispatcher sees to that).
+support ALWAYS. In a decode step the attention op appends the step's K/V itself (appends_kv:
+on CUDA one launch writes them to their slots and reads them from their rows for the step's own
+positions); a step with prefills writes them first (reshape_and_cache), as one of its requests
+may attend to blocks another computes in the same step (a prefix-cache hit), which the
+appending launch could read before they are written. Pad
+tokens (slot -1) are skipped by the cache write; rows owned by no request come back as zeros.
+Steps with a shared prefix (metadata.num_common_prefix_blocks) run the cascade_attention op
+instead: never inside a FULL graph (the dispatcher sees to that).
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from vgraph.torch_internals import dispatch_has_kernel
 
 
 class CsrcAttentionImpl(AttentionImpl):
+    appends_kv = True
+
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float) -> None:
         super().__init__(num_heads, num_kv_heads, head_dim, scale)
         # the library is loaded per process: the engine core's own process never ran the
@@ -49,8 +56,17 @@ class CsrcAttentionImpl(AttentionImpl):
         kv_cache: torch.Tensor,  # [2, num_blocks, block_size, num_kv_heads, head_dim]
         metadata: CommonAttentionMetadata,
         output: torch.Tensor,  # [num_tokens, num_heads, head_dim]
+        key: torch.Tensor | None = None,  # [num_tokens, num_kv_heads, head_dim]: the append
+        value: torch.Tensor | None = None,
     ) -> None:
         key_cache, value_cache = self.key_value_caches(kv_cache)
+        if key is not None and (
+            metadata.max_query_len > 1  # prefills: a FULL graph of this shape serves any step
+            or metadata.same_step_kv  # the append reads only KV of earlier steps
+            or metadata.num_common_prefix_blocks  # the cascade kernels read the cache only
+        ):
+            self.write_kv_cache(key, value, kv_cache, metadata)
+            key = value = None
         if metadata.num_common_prefix_blocks:
             torch.ops.vgraph_C.cascade_attention.default(
                 output,
@@ -73,6 +89,10 @@ class CsrcAttentionImpl(AttentionImpl):
             metadata.seq_lens,
             metadata.block_table,
             self.scale,
+            None,
+            key,
+            value,
+            None if key is None else metadata.slot_mapping,
         )
 
 

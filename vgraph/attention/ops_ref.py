@@ -37,13 +37,19 @@ def paged_attention_ref(
     block_table: torch.Tensor,  # [num_reqs_padded, max_blocks_per_req] int32
     scale: float,
     num_reqs: int | None = None,
+    key: torch.Tensor | None = None,  # the append: reshape_and_cache_ref's arguments, first
+    value: torch.Tensor | None = None,
+    slot_mapping: torch.Tensor | None = None,
 ) -> None:
     """Causal attention of each request's query tokens over its paged K/V.
 
     Request r owns query rows qsl[r]..qsl[r+1]; its query token i sits at position
     seq_len - q_len + i and attends to positions 0..that position. Rows owned by no request
-    (pad tokens) are zeros.
+    (pad tokens) are zeros. With key, value and slot_mapping the step's K/V are written first.
     """
+    if key is not None:
+        assert value is not None and slot_mapping is not None
+        reshape_and_cache_ref(key, value, key_cache, value_cache, slot_mapping)
     num_reqs = seq_lens.shape[0] if num_reqs is None else num_reqs
     block_size, num_kv_heads = key_cache.shape[1], key_cache.shape[2]
     group = query.shape[1] // num_kv_heads

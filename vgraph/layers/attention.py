@@ -8,7 +8,9 @@ The piecewise compiler splits the model at the attention op only, so the cache w
 in the piece before it and the eager work between two pieces is one attention launch. `dep`, an
 empty tensor, orders the two for Dynamo and Inductor: the write mutates the cache, which is no
 argument of the op (the cache does not exist yet when the model is traced), so without a data
-dependency the write could be moved or dropped.
+dependency the write could be moved or dropped. A backend whose attention kernel appends the
+K/V itself (AttentionImpl.appends_kv, the csrc backend) skips kv_cache_update: key and value go
+to the attention op, still one launch between two pieces, and one launch fewer per layer.
 
 Only Dynamo needs the ops: going through the dispatcher costs a Python custom op some 20-40 us a
 call, more than a decode step's attention kernels. Eager forwards (NONE, and the attention calls
@@ -43,13 +45,19 @@ def unified_attention(
     output: torch.Tensor,  # [num_tokens, num_heads, head_dim]
     layer_name: str,
     kv_written: torch.Tensor | None = None,  # kv_cache_update's token; only orders the ops
+    key: torch.Tensor | None = None,  # appends_kv: this step's K/V, written by the attention op
+    value: torch.Tensor | None = None,
 ) -> None:
     ctx = get_forward_context()
     if ctx.attn_metadata is None:
         output.zero_()
         return
     layer: Attention = ctx.attn_layers[layer_name]
-    layer.impl.forward(query, ctx.kv_caches[layer_name], ctx.attn_metadata, output)
+    kv_cache = ctx.kv_caches[layer_name]
+    if key is None:
+        layer.impl.forward(query, kv_cache, ctx.attn_metadata, output)
+    else:
+        layer.impl.forward(query, kv_cache, ctx.attn_metadata, output, key, value)
 
 
 kv_cache_update_op = torch.library.custom_op(
@@ -71,6 +79,8 @@ def _(
     output: torch.Tensor,
     layer_name: str,
     kv_written: torch.Tensor | None = None,
+    key: torch.Tensor | None = None,
+    value: torch.Tensor | None = None,
 ) -> None:
     return None
 
@@ -101,7 +111,13 @@ class Attention(nn.Module):
         key = k.view(n, self.num_kv_heads, self.head_dim)
         value = v.view(n, self.num_kv_heads, self.head_dim)
         out = output.view(n, self.num_heads, self.head_dim)
-        if torch.compiler.is_compiling():  # ops Dynamo keeps opaque; the split is at the second
+        compiling = torch.compiler.is_compiling()  # ops Dynamo keeps opaque; split at attention
+        if self.impl is not None and self.impl.appends_kv:
+            attend = (
+                torch.ops.vgraph.unified_attention_with_output if compiling else unified_attention
+            )
+            attend(query, out, self.layer_name, None, key, value)
+        elif compiling:
             written = torch.ops.vgraph.kv_cache_update(key, value, self.layer_name)
             torch.ops.vgraph.unified_attention_with_output(query, out, self.layer_name, written)
         else:

@@ -10,9 +10,10 @@ into in place (the values of fused_add_rms_norm, one launch fewer per add):
   rms_norm_qkv_rope -> attention -> linear_add_residual (O) -> rms_norm_gate_up_silu ->
   linear_add_residual (down); after the last layer the final RMSNorm, and the LM head is linear_out
   writing float32 logits. Each op runs GEMV kernels for small token counts and cuBLAS above
-  (decided inside the op, so one traced graph serves every size). The KV-cache write stays in the
-  attention layer's kv_cache_update op: the cache is no tensor of the traced model. Elsewhere (the
-  CPU) the torch code below, the oracle compared with transformers.
+  (decided inside the op, so one traced graph serves every size). The KV-cache write stays with
+  the attention layer (the cache is no tensor of the traced model); the csrc backend does it in
+  its attention launch. Elsewhere (the CPU) the torch code below, the oracle compared with
+  transformers.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ class LlamaAttention(nn.Module):
             q = self.q_norm(q.reshape(t, -1, self.head_dim)).view(t, self.q_size)
             k = self.k_norm(k.reshape(t, -1, self.head_dim)).view(t, self.kv_size)
             q, k = self.rotary_emb(positions, q, k)
-        out = self.attn(q, k, v.contiguous())  # [T, q_size]
+        out = self.attn(q, k, v)  # [T, q_size]; the cache write takes strided K/V rows
         torch.ops.vgraph_C.linear_add_residual(residual, out, self.o_proj.weight)
 
 
