@@ -1,7 +1,12 @@
-"""Decode-step latency with the fused decode ops against the torch path of the same build, in one
-process: `vgraph bench step` twice per model, the second time with LlamaModel's fused ops turned
-off, so both columns come from the same machine state. Arguments after the model list go to
-`vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16); --out-dir gets one JSON per run.
+"""Decode-step latency of variants of the decode path, timed in turns in one process: one engine
+per variant is started (`vgraph bench step`'s start-up, with the variant's switch set while the
+engine loads, prefills and captures its graphs), then their steps run in turns, a block of steps
+each, round after round, so a slow spell of the host or the GPU falls on every variant alike.
+Variants: `fused` (the default path: fused decode ops, attention appending the step's K/V in its
+own launch), `no_append` (fused ops, a separate cache-write launch per layer, as before the
+append), `torch` (LlamaModel's fused ops off: norm, cuBLAS, rope / silu kernels). Arguments after
+`--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16 --context-len 1024; one mode);
+--out-dir gets one JSON per model and a summary.
 
     VGRAPH_ENABLE_MULTIPROCESSING=0 python benchmarks/bench_decode_step_ab.py \
         --models SmolLM2-135M Llama-3.2-1B --out-dir /tmp/ab -- --modes FULL --batch-sizes 1 16
@@ -10,29 +15,77 @@ off, so both columns come from the same machine state. Arguments after the model
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
-from vgraph.bench.step import add_cli_args, main
+import torch
+
+from vgraph.attention.csrc_backend import CsrcAttentionImpl
+from vgraph.bench.step import (
+    add_cli_args,
+    build_report,
+    measure,
+    print_table,
+    profile_runs,
+    start_mode,
+    summarize,
+)
 from vgraph.models.llama import LlamaModel
 
+VARIANTS = ("fused", "no_append", "torch")
 
-def run(model: str, fused: bool, bench_args: list[str], out: Path) -> dict:
-    original = LlamaModel.use_fused_ops
-    if not fused:
+
+@contextlib.contextmanager
+def variant_switches(variant: str) -> Iterator[None]:
+    """The class-level switches of a variant, set while its engine loads and captures: the model
+    decides on the fused ops at its first forward, a captured graph keeps the attention form."""
+    fused_ops, appends = LlamaModel.use_fused_ops, CsrcAttentionImpl.appends_kv
+    if variant == "torch":
         LlamaModel.use_fused_ops = lambda self, x: False
+    if variant == "no_append":
+        CsrcAttentionImpl.appends_kv = False
     try:
-        argv = ["--model", model, "--out", str(out), *bench_args]
-        return main(add_cli_args(argparse.ArgumentParser()).parse_args(argv))
+        yield
     finally:
-        LlamaModel.use_fused_ops = original
+        LlamaModel.use_fused_ops, CsrcAttentionImpl.appends_kv = fused_ops, appends
+
+
+def run_model(model: str, variants: list[str], bench_args: list[str], out: Path) -> list[dict]:
+    args = add_cli_args(argparse.ArgumentParser()).parse_args(["--model", model, *bench_args])
+    if len(args.modes) != 1:
+        raise SystemExit("bench_decode_step_ab: give one --modes (the variants are the columns)")
+    runs = []
+    for variant in variants:
+        with variant_switches(variant):
+            run = start_mode(args, args.modes[0])
+        run.mode = f"{run.mode}/{variant}"  # the label of its row
+        runs.append(run)
+    measure(runs, args)
+    if args.kernel_profile and torch.cuda.is_available():
+        profile_runs(runs)
+    results = [summarize(r) for r in runs]
+    for r, variant in zip(results, variants):
+        r["mode"], r["variant"] = r["mode"].split("/")[0], variant
+    out.write_text(json.dumps(build_report(args, results), indent=2))
+    print_table(
+        model, [r | {"mode": f"{r['mode']}/{r['variant']}"} for r in results], args.batch_sizes
+    )
+    del runs
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return results
 
 
 def cli() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["SmolLM2-135M", "Llama-3.2-1B"])
     parser.add_argument("--out-dir", default="benchmarks/results/decode_step_ab")
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     parser.add_argument("bench_args", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     bench_args = [a for a in args.bench_args if a != "--"]
@@ -40,17 +93,16 @@ def cli() -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = []
     for model in args.models:
-        for fused in (True, False):
-            tag = "fused" if fused else "torch"
-            report = run(model, fused, bench_args, out_dir / f"latency_{model}_{tag}.json")
-            for r in report["results"]:
-                summary.append({"model": model, "path": tag, "mode": r["mode"], **r["decode_ms"]})
-    print("\ndecode step, median ms")
+        for r in run_model(model, args.variants, bench_args, out_dir / f"latency_{model}.json"):
+            summary.append(
+                {"model": model, "path": r["variant"], "mode": r["mode"], **r["decode_ms"]}
+            )
+    print("\ndecode step, median ms (variants timed in turns)")
     for s in summary:
         cols = " ".join(
             f"B={k}: {v:.3f}" for k, v in s.items() if k not in ("model", "path", "mode")
         )
-        print(f"{s['model']:14} {s['path']:6} {s['mode']:6} {cols}")
+        print(f"{s['model']:14} {s['path']:10} {s['mode']:6} {cols}")
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return 0
 

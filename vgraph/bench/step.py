@@ -209,14 +209,14 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _write(args: argparse.Namespace, results: list[dict[str, Any]]) -> dict[str, Any]:
-    report = _report(args, results)
+    report = build_report(args, results)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(report, f, indent=2)
     return report
 
 
-def _report(args: argparse.Namespace, results: list[dict[str, Any]]) -> dict[str, Any]:
+def build_report(args: argparse.Namespace, results: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "benchmark": "latency",
         "model": args.model,
