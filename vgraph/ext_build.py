@@ -14,6 +14,7 @@ import argparse
 import hashlib
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -72,10 +73,44 @@ def cuda_arch_flags() -> list[str]:
     return flags
 
 
+def loaded_libstdcxx() -> str | None:
+    """Path of the libstdc++ shared object this process runs on (torch loads it), if any."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    for line in maps.splitlines():
+        path = line.split()[-1]
+        if Path(path).name.startswith("libstdc++.so"):
+            return path
+    return None
+
+
+def cxx_runtime_ldflags() -> list[str]:
+    """Links the shared C++ runtime by its file when the compiler would take the static one.
+
+    A compiler that finds no libstdc++.so of its own links libstdc++.a into _C.so (seen
+    2026-12-01 on the H200 machine, whose CXX is a g++ under /opt/gcc): a second C++ runtime in
+    the process, and every exception thrown through _C.so (each rejected argument's TORCH_CHECK)
+    then ends the process with SIGSEGV instead of raising. Naming the runtime that torch already
+    loaded resolves the library's C++ symbols there."""
+    cxx = os.environ.get("CXX", "c++")
+    try:
+        found = subprocess.run(
+            [cxx, "-print-file-name=libstdc++.so"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return []
+    if os.path.isabs(found) and os.path.exists(found):
+        return []  # the driver's -lstdc++ finds the shared library itself
+    runtime = loaded_libstdcxx()
+    return [runtime] if runtime else []
+
+
 def build_flags(with_cuda: bool) -> dict[str, list[str]]:
     flags = {
         "extra_cflags": ["-O3", "-fopenmp"],  # at::parallel_for is OpenMP inlined in our TU
-        "extra_ldflags": ["-fopenmp"],
+        "extra_ldflags": ["-fopenmp", *cxx_runtime_ldflags()],
         "extra_cuda_cflags": [],
     }
     if with_cuda:
