@@ -79,6 +79,11 @@ TORCH_LIBRARY(vgraph_C, m) {
   m.def(
       "apply_logits_processors(Tensor(a!) out, Tensor logits, Tensor? bitmask, Tensor row_ptr, "
       "Tensor codes, Tensor values, Tensor params) -> ()");
+
+  // Greedy tokens (sampling_cuda.cu; CUDA only: the CPU runs torch.argmax): out int64 [R] = the
+  // index of each row's largest float32 logit, torch.argmax's choice (NaN above every number,
+  // the lowest index among equals), one CTA per row.
+  m.def("argmax_rows(Tensor(a!) out, Tensor logits) -> ()");
 }
 
 // Lets `import vgraph._C` load the library too (torch.ops.load_library is the usual way).

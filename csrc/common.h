@@ -171,4 +171,17 @@ inline void check_logits_processors(const at::Tensor& out, const at::Tensor& log
   }
 }
 
+// argmax_rows: float32 logits [R, V] (rows may be strided), out int64 [R].
+inline void check_argmax_rows(const at::Tensor& out, const at::Tensor& logits) {
+  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.stride(1) == 1,
+              "logits must be float32 [num_rows, vocab] with contiguous rows, got ",
+              logits.scalar_type(), " ", logits.sizes());
+  TORCH_CHECK(logits.size(1) > 0 && logits.size(1) < (1LL << 31),
+              "vocab must be in [1, 2^31), got ", logits.size(1));
+  TORCH_CHECK(out.dim() == 1 && out.size(0) == logits.size(0) && out.scalar_type() == at::kLong &&
+                  out.is_contiguous() && out.device() == logits.device(),
+              "out must be a contiguous int64 [", logits.size(0), "] on ", logits.device(),
+              ", got ", out.scalar_type(), " ", out.sizes());
+}
+
 }  // namespace vgraph

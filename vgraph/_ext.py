@@ -151,3 +151,7 @@ def _register_fakes() -> None:
     @torch.library.register_fake("vgraph_C::apply_logits_processors")
     def _apply_logits_processors_fake(out, logits, bitmask, row_ptr, codes, values, params) -> None:
         return None
+
+    @torch.library.register_fake("vgraph_C::argmax_rows")
+    def _argmax_rows_fake(out, logits) -> None:
+        return None

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from vgraph._ext import use_cuda_op
 from vgraph.sample import flashinfer_sampling
 from vgraph.sample.logits_processors import ProcessorInputs, apply_processors
 
@@ -52,7 +53,7 @@ class Sampler:
         """logits: [R, vocab] float32. Logprobs are of these raw logits; bans apply to sampling."""
         raw = logits
         logits = self.process(logits, md)
-        greedy = logits.argmax(dim=-1)
+        greedy = greedy_tokens(logits)
         if md.all_greedy:
             token_ids = greedy
         else:
@@ -93,6 +94,20 @@ class Sampler:
         return exponential_race(probs, md.generators)
 
 
+def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
+    """Each row's argmax [R] int64, torch.argmax's choice; on CUDA one kernel
+    (vgraph_C::argmax_rows, a CTA per row) instead of torch's reduction."""
+    if (
+        use_cuda_op(logits, "argmax_rows")
+        and logits.dtype == torch.float32
+        and logits.stride(-1) == 1
+    ):
+        out = torch.empty(logits.shape[0], dtype=torch.long, device=logits.device)
+        torch.ops.vgraph_C.argmax_rows(out, logits)
+        return out
+    return logits.argmax(dim=-1)
+
+
 def apply_top_k_top_p(
     logits: torch.Tensor,  # [R, V]
     top_k: torch.Tensor | None,  # [R] int64
@@ -118,4 +133,4 @@ def exponential_race(probs: torch.Tensor, generators: dict[int, torch.Generator]
     q = torch.empty_like(probs).exponential_()
     for row, gen in generators.items():
         q[row].exponential_(generator=gen)
-    return (probs / q).argmax(dim=-1)
+    return greedy_tokens(probs / q)
