@@ -9,10 +9,12 @@ replays):
       gate_up rms_norm_gate_up_silu vs fused_add_rms_norm + F.linear(gate_up) + silu_and_mul
       down    linear_add_residual   vs F.linear(down)
       lm_head linear_out (float32)  vs F.linear(lm_head).float()   (one call, not a chain)
-    "gemv" forces the GEMV kernel (max_gemv_tokens=32), "auto" uses the op's per-shape threshold;
+    "cuda_core" and "mma" force a fused kernel (max_gemv_tokens=32 with VGRAPH_GEMV=cuda_core or
+    =mma: the CUDA-core GEMV or the tensor-core one), "auto" uses the op's per-shape table;
   - the whole layer stack without attention: 4 fused ops per layer vs today's 8 launches.
-Also prints where the GEMV stops paying (the largest M at which it beats the unfused sequence),
-which the per-shape thresholds in csrc/decode_cuda.cu come from. VGRAPH_PDL=0 in the environment
+Also prints, per op, the largest M up to which a fused kernel beats the unfused sequence and the
+smallest M from which the tensor-core kernel beats the CUDA-core one: the per-shape table in
+csrc/decode_cuda.cu comes from them. VGRAPH_PDL=0 in the environment
 launches without programmatic dependent launch (for a comparison). Writes JSON to --out.
 
     python benchmarks/bench_decode_kernels.py --out benchmarks/results/decode_kernels.json
@@ -146,15 +148,30 @@ class Model:
         return chain(lambda i: steps[i](), len(steps))
 
 
-def suggest(rows: list[dict], op: str) -> int:
-    """Largest M (of the measured ones) up to which the GEMV path beats the unfused sequence."""
-    best = 0
+KERNELS = ("cuda_core", "mma")
+
+
+def timed_with(kernel: str, step: Callable[[], None], calls: int, replays: int) -> float:
+    """time_graph with VGRAPH_GEMV=kernel while the graph is captured (the op reads it then)."""
+    os.environ["VGRAPH_GEMV"] = kernel
+    try:
+        return time_graph(step, calls, replays)
+    finally:
+        del os.environ["VGRAPH_GEMV"]
+
+
+def suggest(rows: list[dict], op: str) -> dict:
+    """max_tokens: the largest M (of the measured ones) up to which the faster fused kernel beats
+    the unfused sequence; mma_from: the smallest M from which the tensor-core kernel beats the
+    CUDA-core one."""
+    best, mma_from, unbroken = 0, None, True
     for r in sorted((r for r in rows if r["op"] == op), key=lambda r: r["m"]):
-        if r["gemv_us"] < r["unfused_us"]:
+        if mma_from is None and r["mma_us"] < r["cuda_core_us"]:
+            mma_from = r["m"]
+        unbroken = unbroken and min(r["cuda_core_us"], r["mma_us"]) < r["unfused_us"]
+        if unbroken:
             best = r["m"]
-        else:
-            break
-    return best
+    return {"max_tokens": best, "mma_from": mma_from}
 
 
 def main() -> int:
@@ -175,13 +192,16 @@ def main() -> int:
             for op in ("qkv", "o", "gate_up", "down", "lm_head"):
                 calls = 1 if op == "lm_head" else model.layers
                 row = {"config": name, "op": op, "m": m}
-                row["gemv_us"] = time_graph(model.fused(op, m, 32), calls, args.replays)
+                for kernel in KERNELS:
+                    row[f"{kernel}_us"] = timed_with(kernel, model.fused(op, m, 32), calls,
+                                                     args.replays)  # fmt: skip
                 row["auto_us"] = time_graph(model.fused(op, m, None), calls, args.replays)
                 row["unfused_us"] = time_graph(model.unfused(op, m), calls, args.replays)
                 rows.append(row)
             s = {"config": name, "m": m, "layers": model.layers}
             s["fused_us"] = time_graph(model.stack(m, True, None), 1, args.replays)
-            s["gemv_us"] = time_graph(model.stack(m, True, 32), 1, args.replays)
+            for kernel in KERNELS:
+                s[f"{kernel}_us"] = timed_with(kernel, model.stack(m, True, 32), 1, args.replays)
             s["unfused_us"] = time_graph(model.stack(m, False, None), 1, args.replays)
             stacks.append(s)
         thresholds[name] = {op: suggest([r for r in rows if r["config"] == name], op)
@@ -190,16 +210,19 @@ def main() -> int:
         torch.cuda.empty_cache()
 
     print(f"\nper call, us (median of {args.replays} graph replays; PDL {'on' if pdl else 'off'})")
-    print(f"{'config':14} {'op':8} {'M':>3} {'gemv':>8} {'auto':>8} {'unfused':>8} {'x':>6}")
+    head = f"{'cuda_core':>10} {'mma':>8} {'auto':>8} {'unfused':>8}"
+    print(f"{'config':14} {'op':8} {'M':>3} {head} {'x':>6}")
     for r in rows:
-        print(f"{r['config']:14} {r['op']:8} {r['m']:3d} {r['gemv_us']:8.2f} {r['auto_us']:8.2f} "
-              f"{r['unfused_us']:8.2f} {r['unfused_us'] / r['gemv_us']:6.2f}")  # fmt: skip
+        best = min(r["cuda_core_us"], r["mma_us"])
+        print(f"{r['config']:14} {r['op']:8} {r['m']:3d} {r['cuda_core_us']:10.2f} "
+              f"{r['mma_us']:8.2f} {r['auto_us']:8.2f} {r['unfused_us']:8.2f} "
+              f"{r['unfused_us'] / best:6.2f}")  # fmt: skip
     print("\nlayer stack without attention, us per step")
-    print(f"{'config':14} {'M':>3} {'fused':>8} {'gemv':>8} {'unfused':>8}")
+    print(f"{'config':14} {'M':>3} {'auto':>8} {'cuda_core':>10} {'mma':>8} {'unfused':>8}")
     for s in stacks:
-        print(f"{s['config']:14} {s['m']:3d} {s['fused_us']:8.1f} {s['gemv_us']:8.1f} "
-              f"{s['unfused_us']:8.1f}")  # fmt: skip
-    print("\nlargest M at which the GEMV wins:", json.dumps(thresholds))
+        print(f"{s['config']:14} {s['m']:3d} {s['fused_us']:8.1f} {s['cuda_core_us']:10.1f} "
+              f"{s['mma_us']:8.1f} {s['unfused_us']:8.1f}")  # fmt: skip
+    print("\nper op, fused up to max_tokens, tensor cores from mma_from:", json.dumps(thresholds))
     result = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name(),
@@ -210,7 +233,7 @@ def main() -> int:
         "dtype": str(DTYPE),
         "ops": rows,
         "stacks": stacks,
-        "gemv_wins_up_to": thresholds,
+        "thresholds": thresholds,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))

@@ -2,8 +2,9 @@
 per variant is started (`vgraph bench step`'s start-up, with the variant's switch set while the
 engine loads, prefills and captures its graphs), then their steps run in turns, a block of steps
 each, round after round, so a slow spell of the host or the GPU falls on every variant alike.
-Variants: `fused` (the default path: fused decode ops, attention appending the step's K/V in its
-own launch), `no_append` (fused ops, a separate cache-write launch per layer, as before the
+Variants: `fused` (the default path: fused decode ops, each on the kernel its shape's table picks,
+attention appending the step's K/V in its own launch), `cuda_core` (the fused ops on the CUDA-core
+GEMV only, VGRAPH_GEMV=cuda_core: the path before the tensor-core kernel), `no_append` (fused ops, a separate cache-write launch per layer, as before the
 append), `torch` (LlamaModel's fused ops off: norm, cuBLAS, rope / silu kernels). Arguments after
 `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16 --context-len 1024; one mode);
 --out-dir gets one JSON per model and a summary.
@@ -18,6 +19,7 @@ import argparse
 import contextlib
 import gc
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,7 +38,7 @@ from vgraph.bench.step import (
 )
 from vgraph.models.llama import LlamaModel
 
-VARIANTS = ("fused", "no_append", "torch")
+VARIANTS = ("fused", "cuda_core", "no_append", "torch")
 
 
 @contextlib.contextmanager
@@ -44,6 +46,8 @@ def variant_switches(variant: str) -> Iterator[None]:
     """The class-level switches of a variant, set while its engine loads and captures: the model
     decides on the fused ops at its first forward, a captured graph keeps the attention form."""
     fused_ops, appends = LlamaModel.use_fused_ops, CsrcAttentionImpl.appends_kv
+    if variant == "cuda_core":
+        os.environ["VGRAPH_GEMV"] = "cuda_core"  # read by the ops at each launch, so at capture
     if variant == "torch":
         LlamaModel.use_fused_ops = lambda self, x: False
     if variant == "no_append":
@@ -52,6 +56,7 @@ def variant_switches(variant: str) -> Iterator[None]:
         yield
     finally:
         LlamaModel.use_fused_ops, CsrcAttentionImpl.appends_kv = fused_ops, appends
+        os.environ.pop("VGRAPH_GEMV", None)
 
 
 def run_model(model: str, variants: list[str], bench_args: list[str], out: Path) -> list[dict]:

@@ -19,6 +19,7 @@
 // residual (beta = 1: no separate add launch) and so skips the projection's rounding.
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 
 #include <ATen/ATen.h>
@@ -38,47 +39,52 @@ namespace {
 
 using namespace gemv;  // NOLINT: this file is gemv's only client
 
-// Largest token count for which the GEMV beats the unfused sequence (norm kernel, cuBLAS,
-// rope / silu / add kernel), per epilogue and [N, K]. Measured on an H200, bf16, chained inside a
-// CUDA graph with PDL (benchmarks/bench_decode_kernels.py, results in
-// benchmarks/results/2026-12-01-h200-decode-kernels/). The GEMV runs on CUDA cores: its cost grows
-// with the token count (every token is another FMA per weight), cuBLAS's barely does, so the
-// crossover sits at 1-8 tokens. Shapes not measured take the GEMV for one token only.
+// Per epilogue and [N, K]: the largest token count for which a fused kernel beats the unfused
+// sequence (norm kernel, cuBLAS, rope / silu / add kernel), and the smallest at which the
+// tensor-core kernel beats the CUDA-core one. Measured on an H200, bf16, chained inside a CUDA
+// graph with PDL (benchmarks/bench_decode_kernels.py; results in benchmarks/results/). The
+// CUDA-core kernel's cost grows with every token (an FMA per weight per token), the tensor-core
+// kernel's barely does. Shapes not measured take the CUDA-core kernel for one token only.
 struct Threshold {
   Epilogue e;
-  int64_t n, k, max_tokens;
+  int64_t n, k, max_tokens, mma_from;
 };
 constexpr Threshold kThresholds[] = {
     // SmolLM2-135M
-    {Epilogue::kQkvRope, 960, 576, 8},
-    {Epilogue::kAddResidual, 576, 576, 2},
-    {Epilogue::kSiluMul, 3072, 576, 4},
-    {Epilogue::kAddResidual, 576, 1536, 4},
-    {Epilogue::kStore, 49152, 576, 0},
+    {Epilogue::kQkvRope, 960, 576, 16, 2},
+    {Epilogue::kAddResidual, 576, 576, 16, 2},
+    {Epilogue::kSiluMul, 3072, 576, 16, 2},
+    {Epilogue::kAddResidual, 576, 1536, 16, 2},
+    {Epilogue::kStore, 49152, 576, 16, 1},
     // Llama-3.2-1B
-    {Epilogue::kQkvRope, 3072, 2048, 2},
-    {Epilogue::kAddResidual, 2048, 2048, 2},
-    {Epilogue::kSiluMul, 16384, 2048, 1},
-    {Epilogue::kAddResidual, 2048, 8192, 1},
-    {Epilogue::kStore, 128256, 2048, 2},
+    {Epilogue::kQkvRope, 3072, 2048, 16, 2},
+    {Epilogue::kAddResidual, 2048, 2048, 16, 2},
+    {Epilogue::kSiluMul, 16384, 2048, 16, 2},
+    {Epilogue::kAddResidual, 2048, 8192, 16, 2},
+    {Epilogue::kStore, 128256, 2048, 16, 2},
     // Qwen3-0.6B
-    {Epilogue::kQkvRope, 4096, 1024, 2},
-    {Epilogue::kAddResidual, 1024, 2048, 4},
-    {Epilogue::kSiluMul, 6144, 1024, 2},
-    {Epilogue::kAddResidual, 1024, 3072, 2},
-    {Epilogue::kStore, 151936, 1024, 0},
+    {Epilogue::kQkvRope, 4096, 1024, 16, 2},
+    {Epilogue::kAddResidual, 1024, 2048, 16, 2},
+    {Epilogue::kSiluMul, 6144, 1024, 16, 2},
+    {Epilogue::kAddResidual, 1024, 3072, 16, 2},
+    {Epilogue::kStore, 151936, 1024, 16, 1},
 };
 
-int64_t default_max_gemv_tokens(Epilogue e, int64_t n, int64_t k) {
+const Threshold* find_threshold(Epilogue e, int64_t n, int64_t k) {
   for (const Threshold& t : kThresholds) {
-    if (t.e == e && t.n == n && t.k == k) return t.max_tokens;
+    if (t.e == e && t.n == n && t.k == k) return &t;
   }
-  return 1;
+  return nullptr;
+}
+
+int64_t default_max_gemv_tokens(Epilogue e, int64_t n, int64_t k) {
+  const Threshold* t = find_threshold(e, n, k);
+  return t ? t->max_tokens : 1;
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// Whether the GEMV kernel takes this call (else the unfused path does).
+// Whether a fused kernel takes this call (else the unfused path does).
 bool use_gemv(Epilogue e, const at::Tensor& x, const at::Tensor& weight,
               const at::Tensor* norm_weight, std::optional<int64_t> max_gemv_tokens) {
   const int64_t m = x.size(0), n = weight.size(0), k = x.size(1);
@@ -89,6 +95,27 @@ bool use_gemv(Epilogue e, const at::Tensor& x, const at::Tensor& weight,
          aligned16(x.data_ptr()) && aligned16(weight.data_ptr()) &&
          (norm_weight == nullptr || aligned16(norm_weight->data_ptr())) && n < (1LL << 31) &&
          k < (1LL << 31);
+}
+
+// Which fused kernel: the tensor-core one from the shape's measured token count on, where it fits.
+// VGRAPH_GEMV=cuda_core or =mma forces one (mma only where it fits), for comparisons; read at each
+// launch, so a graph keeps the kernel it was captured with.
+bool use_mma(Epilogue e, int64_t m, int64_t n, int64_t k, int64_t head_size) {
+  if (!mma_fits(e, n, k, head_size)) return false;
+  const char* force = std::getenv("VGRAPH_GEMV");
+  if (force != nullptr && force[0] != '\0') {
+    if (std::strcmp(force, "mma") == 0) return true;
+    if (std::strcmp(force, "cuda_core") == 0) return false;
+  }
+  const Threshold* t = find_threshold(e, n, k);
+  return t != nullptr && m >= t->mma_from;
+}
+
+// The chosen fused kernel on a's shape.
+template <typename T, Epilogue E>
+void launch_fused(const GemvArgs<T>& a, int cuda_core_grid, cudaStream_t stream) {
+  if (use_mma(E, a.num_tokens, a.N, a.K, a.head_size)) return launch_gemv_mma<T, E>(a, stream);
+  launch_gemv<T, E>(a, cuda_core_grid, stream);
 }
 
 template <typename T>
@@ -123,7 +150,7 @@ void linear_out_cuda(at::Tensor& out, const at::Tensor& x, const at::Tensor& wei
     a.out = out.data_ptr();
     a.out_stride = out.stride(0);
     a.out_float = out.scalar_type() == at::kFloat;
-    launch_gemv<scalar_t, Epilogue::kStore>(a, (a.N + kRows - 1) / kRows, stream);
+    launch_fused<scalar_t, Epilogue::kStore>(a, (a.N + kRows - 1) / kRows, stream);
   });
 }
 
@@ -140,7 +167,7 @@ void linear_add_residual_cuda(at::Tensor& residual, const at::Tensor& x, const a
     GemvArgs<scalar_t> a = base_args<scalar_t>(x, weight);
     a.residual = static_cast<scalar_t*>(residual.data_ptr());
     a.res_stride = residual.stride(0);
-    launch_gemv<scalar_t, Epilogue::kAddResidual>(a, (a.N + kRows - 1) / kRows, stream);
+    launch_fused<scalar_t, Epilogue::kAddResidual>(a, (a.N + kRows - 1) / kRows, stream);
   });
 }
 
@@ -178,7 +205,7 @@ void rms_norm_qkv_rope_cuda(at::Tensor& qkv, const at::Tensor& hidden,
       a.cos_sin = cos_sin_cache->data_ptr<float>();
       a.max_position = static_cast<int>(cos_sin_cache->size(0));
     }
-    launch_gemv<scalar_t, Epilogue::kQkvRope>(a, a.N / 2, stream);
+    launch_fused<scalar_t, Epilogue::kQkvRope>(a, a.N / 2, stream);
   });
 }
 
@@ -198,7 +225,7 @@ void rms_norm_gate_up_silu_cuda(at::Tensor& out, const at::Tensor& hidden,
     a.eps = static_cast<float>(eps);
     a.out = out.data_ptr();
     a.out_stride = out.stride(0);
-    launch_gemv<scalar_t, Epilogue::kSiluMul>(a, a.N / 2, stream);
+    launch_fused<scalar_t, Epilogue::kSiluMul>(a, a.N / 2, stream);
   });
 }
 

@@ -43,6 +43,11 @@ struct Pack<c10::BFloat16> {
     const __nv_bfloat162 h = __float22bfloat162_rn(f);
     return unpack(*reinterpret_cast<const uint32_t*>(&h));
   }
+  // Both rounded to bfloat16 (nearest even) and packed, the first in the low half.
+  static __device__ __forceinline__ uint32_t pack(float2 f) {
+    const __nv_bfloat162 h = __float22bfloat162_rn(f);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
 };
 
 template <>
@@ -52,6 +57,10 @@ struct Pack<c10::Half> {
   }
   static __device__ __forceinline__ float2 round(float2 f) {
     return __half22float2(__float22half2_rn(f));
+  }
+  static __device__ __forceinline__ uint32_t pack(float2 f) {
+    const __half2 h = __float22half2_rn(f);
+    return *reinterpret_cast<const uint32_t*>(&h);
   }
 };
 
@@ -71,6 +80,51 @@ __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
   return v;
+}
+
+// ---- epilogue ---------------------------------------------------------------------------------
+// Token m's results y0, y1 of output rows row0, row1 (the CTA's row pair: gate i and up i for
+// kSiluMul, rotate-half partners for kQkvRope; any two rows otherwise, each written only if valid).
+// Both kernels end here, so their numerics differ only in the fp32 summation order.
+template <typename T, Epilogue E>
+__device__ __forceinline__ void write_pair(const GemvArgs<T>& a, int m, int row0, int row1,
+                                           bool valid0, bool valid1, float y0, float y1) {
+  if constexpr (E == Epilogue::kStore) {
+    if (a.out_float) {
+      float* o = static_cast<float*>(a.out) + m * a.out_stride;
+      if (valid0) o[row0] = round1<T>(y0);
+      if (valid1) o[row1] = round1<T>(y1);
+    } else {
+      T* o = static_cast<T*>(a.out) + m * a.out_stride;
+      if (valid0) o[row0] = static_cast<T>(y0);
+      if (valid1) o[row1] = static_cast<T>(y1);
+    }
+  } else if constexpr (E == Epilogue::kAddResidual) {
+    T* res = a.residual + m * a.res_stride;
+    if (valid0) res[row0] = static_cast<T>(round1<T>(y0) + static_cast<float>(res[row0]));
+    if (valid1) res[row1] = static_cast<T>(round1<T>(y1) + static_cast<float>(res[row1]));
+  } else if constexpr (E == Epilogue::kSiluMul) {
+    const float g = round1<T>(y0), u = round1<T>(y1);
+    const float act = round1<T>(g / (1.f + expf(-g)));
+    static_cast<T*>(a.out)[m * a.out_stride + row0] = static_cast<T>(act * u);
+  } else {  // kQkvRope
+    y0 = a.bias ? y0 + static_cast<float>(a.bias[row0]) : y0;
+    y1 = a.bias ? y1 + static_cast<float>(a.bias[row1]) : y1;
+    y0 = round1<T>(y0), y1 = round1<T>(y1);
+    const int half = a.head_size / 2;
+    const int head = row0 / a.head_size, j = row0 - head * a.head_size;
+    if (a.cos_sin != nullptr && head < a.rope_heads) {
+      const int64_t pos = a.pos64 ? a.pos64[m] : static_cast<int64_t>(a.pos32[m]);
+      CUDA_KERNEL_ASSERT(pos >= 0 && pos < a.max_position);
+      const float c = a.cos_sin[pos * a.head_size + j];
+      const float s = a.cos_sin[pos * a.head_size + half + j];
+      const float r0 = y0 * c - y1 * s, r1 = y1 * c + y0 * s;
+      y0 = r0, y1 = r1;
+    }
+    T* o = static_cast<T*>(a.out) + m * a.out_stride;
+    o[row0] = static_cast<T>(y0);
+    o[row1] = static_cast<T>(y1);
+  }
 }
 
 // ---- the kernel --------------------------------------------------------------------------------
@@ -212,46 +266,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
     for (int i = 0; i < kWarps; ++i) s += s_acc[i][r][m];
     y[r] = s;
   }
-  if constexpr (E == Epilogue::kStore) {
-    if (a.out_float) {
-      float* o = static_cast<float*>(a.out) + m * a.out_stride;
-      o[row[0]] = round1<T>(y[0]);
-      if (valid1) o[row[1]] = round1<T>(y[1]);
-    } else {
-      T* o = static_cast<T*>(a.out) + m * a.out_stride;
-      o[row[0]] = static_cast<T>(y[0]);
-      if (valid1) o[row[1]] = static_cast<T>(y[1]);
-    }
-  } else if constexpr (E == Epilogue::kAddResidual) {
-    T* res = a.residual + m * a.res_stride;
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      if (r == 0 || valid1) {
-        res[row[r]] = static_cast<T>(round1<T>(y[r]) + static_cast<float>(res[row[r]]));
-      }
-    }
-  } else if constexpr (E == Epilogue::kSiluMul) {
-    const float g = round1<T>(y[0]), u = round1<T>(y[1]);
-    const float act = round1<T>(g / (1.f + expf(-g)));
-    static_cast<T*>(a.out)[m * a.out_stride + row[0]] = static_cast<T>(act * u);
-  } else {  // kQkvRope
-    float y0 = a.bias ? y[0] + static_cast<float>(a.bias[row[0]]) : y[0];
-    float y1 = a.bias ? y[1] + static_cast<float>(a.bias[row[1]]) : y[1];
-    y0 = round1<T>(y0), y1 = round1<T>(y1);
-    const int half = a.head_size / 2;
-    const int head = row[0] / a.head_size, j = row[0] - head * a.head_size;
-    if (a.cos_sin != nullptr && head < a.rope_heads) {
-      const int64_t pos = a.pos64 ? a.pos64[m] : static_cast<int64_t>(a.pos32[m]);
-      CUDA_KERNEL_ASSERT(pos >= 0 && pos < a.max_position);
-      const float c = a.cos_sin[pos * a.head_size + j];
-      const float s = a.cos_sin[pos * a.head_size + half + j];
-      const float r0 = y0 * c - y1 * s, r1 = y1 * c + y0 * s;
-      y0 = r0, y1 = r1;
-    }
-    T* o = static_cast<T*>(a.out) + m * a.out_stride;
-    o[row[0]] = static_cast<T>(y0);
-    o[row[1]] = static_cast<T>(y1);
-  }
+  write_pair<T, E>(a, m, row[0], row[1], true, valid1, y[0], y[1]);
 }
 
 // ---- launch ------------------------------------------------------------------------------------
@@ -275,7 +290,11 @@ void launch_gemv(const GemvArgs<T>& a, int grid, cudaStream_t stream) {
 
 #define VGRAPH_INSTANTIATE_GEMV(E)                                                               \
   template void launch_gemv<c10::Half, E>(const GemvArgs<c10::Half>&, int, cudaStream_t);     \
-  template void launch_gemv<c10::BFloat16, E>(const GemvArgs<c10::BFloat16>&, int, cudaStream_t);
+  template void launch_gemv<c10::BFloat16, E>(const GemvArgs<c10::BFloat16>&, int, cudaStream_t); \
+  template void launch_gemv_mma<c10::Half, E>(const GemvArgs<c10::Half>&, cudaStream_t);      \
+  template void launch_gemv_mma<c10::BFloat16, E>(const GemvArgs<c10::BFloat16>&, cudaStream_t);
 
 }  // namespace gemv
 }  // namespace vgraph
+
+#include "decode_gemv_mma.cuh"

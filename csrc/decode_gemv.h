@@ -39,10 +39,31 @@ struct GemvArgs {
   int max_position, head_size, rope_heads;  // rope_heads = num_heads + num_kv_heads
 };
 
+// The tensor-core kernel (decode_gemv_mma.cuh): a CTA computes a tile of 16 output rows (8 row
+// pairs for the paired epilogues) for up to kMaxGemvTokens tokens, its warps splitting K in chunks
+// of kMmaK; mma.sync m16n8k16, fp32 accumulation.
+constexpr int kMmaRows = 16;
+constexpr int kMmaK = 32;
+constexpr int kMmaPreload = 4;  // weight chunks per warp in flight at once
+
+// Whether the tensor-core kernel takes this shape: K in whole chunks, and for the paired epilogues
+// row pairs that tile by 8 (gate/up halves; half a head for rotate-half RoPE).
+inline bool mma_fits(Epilogue e, int64_t n, int64_t k, int64_t head_size) {
+  if (k % kMmaK != 0) return false;
+  if (e == Epilogue::kSiluMul) return (n / 2) % 8 == 0;
+  if (e == Epilogue::kQkvRope) return (head_size / 2) % 8 == 0;
+  return true;
+}
+
 // Launches the kernel for a.num_tokens in [1, kMaxGemvTokens] on `grid` CTAs, with programmatic
 // stream serialization unless VGRAPH_PDL=0. T is c10::Half or c10::BFloat16.
 template <typename T, Epilogue E>
 void launch_gemv(const GemvArgs<T>& a, int grid, cudaStream_t stream);
+
+// Launches the tensor-core kernel for a.num_tokens in [1, kMaxGemvTokens] on a shape mma_fits
+// accepts; its grid and CTA size follow from N and K alone (graph-safe).
+template <typename T, Epilogue E>
+void launch_gemv_mma(const GemvArgs<T>& a, cudaStream_t stream);
 
 }  // namespace gemv
 }  // namespace vgraph

@@ -182,12 +182,18 @@ def test_ops_match_float32_reference(shape: str, num_tokens: int, device: str) -
 
 
 @pytest.mark.parametrize("device", [CUDA])
+@pytest.mark.parametrize("kernel", ["cuda_core", "mma"])
 @pytest.mark.parametrize("num_tokens", [1, 2, 5, 8, 13, 16, 32])
 @pytest.mark.parametrize("shape", list(SHAPES))
-def test_gemv_path_matches_unfused_path(shape: str, num_tokens: int, device: str) -> None:
-    """max_gemv_tokens=32 forces the GEMV kernel, 0 the cuBLAS sequence: same roundings, except
-    that cuBLAS adds the residual inside the GEMM (beta = 1) without rounding the projection
-    first, so the residual ops (runs 3 and 4) agree within tolerance only."""
+def test_gemv_path_matches_unfused_path(
+    shape: str, num_tokens: int, kernel: str, device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """max_gemv_tokens=32 forces a fused kernel (VGRAPH_GEMV picks the CUDA-core or the
+    tensor-core one; the odd shape does not fit the tensor-core tiling and keeps the CUDA-core
+    kernel), 0 the cuBLAS sequence: same roundings, except that cuBLAS adds the residual inside
+    the GEMM (beta = 1) without rounding the projection first, so the residual ops (runs 3 and 4)
+    agree within tolerance only."""
+    monkeypatch.setenv("VGRAPH_GEMV", kernel)
     for dtype in dtypes_for(device):
         c = Case(shape, num_tokens, dtype, device)
         tol = PATH_TOL[dtype]
@@ -199,6 +205,25 @@ def test_gemv_path_matches_unfused_path(shape: str, num_tokens: int, device: str
                 continue
             exact = (fast == slow).float().mean().item()
             assert exact > 0.8, (i, dtype, exact)
+
+
+@pytest.mark.parametrize("device", [CUDA])
+@pytest.mark.parametrize("num_tokens", [1, 7, 16, 29])
+def test_mma_partial_row_tile(num_tokens: int, device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tensor-core kernel's last tile of 16 rows is partial when N is not a multiple of 16:
+    rows past N are neither read beyond the weight nor written; a float32 reference decides."""
+    monkeypatch.setenv("VGRAPH_GEMV", "mma")
+    dtype = torch.bfloat16
+    c = Case("SmolLM2-135M", num_tokens, dtype, device)
+    w = c.w_gu[:4101]  # [4101, hidden]: 256 whole tiles and one of 5 rows
+    out = torch.full((num_tokens, 4104), float("nan"), dtype=torch.float32, device=device)
+    OPS.linear_out(out[:, :4101], c.hidden_x, w, 32)
+    assert torch.isnan(out[:, 4101:]).all()  # past the view: untouched
+    assert rel_err(out[:, :4101], c.hidden_x.float() @ w.float().T) < REL_TOL[dtype]
+    residual = c.residual[:, :200].clone()  # [T, 200]: N = 200, 12 whole tiles and one of 8 rows
+    ref = c.attn_x.float() @ c.w_o[:200].float().T + residual.float()
+    OPS.linear_add_residual(residual, c.attn_x, c.w_o[:200], 32)
+    assert rel_err(residual, ref) < REL_TOL[dtype]
 
 
 @pytest.mark.parametrize("device", [CUDA])

@@ -1,0 +1,225 @@
+// The tensor-core GEMV of the fused decode ops (declared in decode_gemv.h): the same prologues and
+// epilogues as the CUDA-core kernel (decode_gemv.cuh, whose helpers it uses), for the token counts
+// at which one FMA per weight per token makes that kernel compute-bound.
+//
+// Tiling. A CTA owns 16 output rows: tile rows i < 8 and their partners i + 8 (gate row j and up
+// row j; rotate-half partners j and j + head_size / 2; 16 consecutive rows for the plain
+// epilogues), so each thread's accumulator holds both halves of its pairs. Its W warps (4, 8 or 16,
+// from the grid size) split K in chunks of 32 (warp w takes chunks w, w + W, ...); a chunk is two
+// mma.sync.m16n8k16 steps per 8 tokens. The dot product does not care in which order k runs, so
+// lane (g = lane / 4, q = lane % 4) loads 16 contiguous bytes, k = 8q .. 8q + 7 of the chunk, of
+// weight rows g and g + 8 and of token g's activation, and the two steps take words (0, 1) and
+// (2, 3) of them: A and B see the same permutation of k, and every load is a 16-byte vector.
+//
+// Order of work. The first kMmaPreload weight chunks of each warp are loaded before
+// `griddepcontrol.wait` (PDL: they stream while the previous kernel finishes); each chunk's slot is
+// refilled as soon as it is consumed. The norm prologue computes every token's 1 / rms once per CTA
+// (a warp per token) and normalizes the 8 values a lane feeds to the mma with RMSNorm's roundings.
+// Warps' partial tiles meet in shared memory; warp 0 adds them and writes the epilogue.
+#pragma once
+
+namespace vgraph {
+namespace gemv {
+
+template <typename T>
+struct Mma;
+
+template <>
+struct Mma<c10::BFloat16> {
+  static __device__ __forceinline__ void run(float* c, uint32_t a0, uint32_t a1, uint32_t a2,
+                                             uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+};
+
+template <>
+struct Mma<c10::Half> {
+  static __device__ __forceinline__ void run(float* c, uint32_t a0, uint32_t a1, uint32_t a2,
+                                             uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+};
+
+// Output row of tile row i (0..15) of CTA `tile`.
+template <typename T, Epilogue E>
+__device__ __forceinline__ int mma_row(const GemvArgs<T>& a, int tile, int i) {
+  const int pair = i & 7, second = i >> 3;
+  if constexpr (E == Epilogue::kSiluMul) {
+    return second * (a.N / 2) + tile * 8 + pair;
+  } else if constexpr (E == Epilogue::kQkvRope) {
+    const int half = a.head_size / 2, groups = half / 8;
+    const int head = tile / groups, j = (tile - head * groups) * 8 + pair;
+    return head * a.head_size + second * half + j;
+  } else {
+    return tile * kMmaRows + i;
+  }
+}
+
+// NT: 8-token column tiles (1, 2 or 4: up to 8, 16 or 32 tokens).
+template <typename T, int NT, Epilogue E>
+__global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
+  constexpr bool kNorm = E == Epilogue::kSiluMul || E == Epilogue::kQkvRope;
+  constexpr int P = kMmaPreload;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, num_warps = blockDim.x / 32;
+  const int g = lane / 4, q = lane % 4;
+  const int m_count = a.num_tokens;
+
+  // 1. This lane's two weight rows (g and g + 8 of the tile) and this warp's chunks.
+  const int row0 = mma_row<T, E>(a, blockIdx.x, g), row1 = mma_row<T, E>(a, blockIdx.x, g + 8);
+  const bool valid0 = row0 < a.N, valid1 = row1 < a.N;  // the last tile of a plain epilogue
+  const uint4* w0 =
+      reinterpret_cast<const uint4*>(a.weight + static_cast<int64_t>(valid0 ? row0 : 0) * a.K) + q;
+  const uint4* w1 =
+      reinterpret_cast<const uint4*>(a.weight + static_cast<int64_t>(valid1 ? row1 : 0) * a.K) + q;
+  const int num_chunks = a.K / kMmaK;
+  const int my_chunks = warp < num_chunks ? (num_chunks - warp + num_warps - 1) / num_warps : 0;
+
+  // 2. The first P chunks, before the wait.
+  uint4 wa[P], wb[P];
+  auto load = [&](int j, int slot) {
+    if (j < my_chunks) {
+      const int c = (warp + j * num_warps) * (kMmaK / 8);  // in 16-byte vectors
+      wa[slot] = load_stream(w0 + c), wb[slot] = load_stream(w1 + c);
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < P; ++s) load(s, s);
+  pdl::launch_dependents();
+  pdl::wait();  // everything below may read what the previous kernel wrote
+
+  // 3. RMSNorm prologue: each token's 1 / rms, a warp per token.
+  __shared__ float s_inv_rms[NT * 8];
+  if constexpr (kNorm) {
+    const int num_vecs = a.K / 8;
+    for (int m = warp; m < m_count; m += num_warps) {
+      const T* x = a.x + m * a.x_stride;
+      float sq = 0.f;
+      for (int k = lane; k < num_vecs; k += 32) {
+        float f[8];
+        unpack8<T>(*reinterpret_cast<const uint4*>(x + k * 8), f);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) sq = fmaf(f[i], f[i], sq);
+      }
+      sq = warp_sum(sq);
+      if (lane == 0) s_inv_rms[m] = rsqrtf(sq / static_cast<float>(a.K) + a.eps);
+    }
+    __syncthreads();
+  }
+  float inv_rms[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const int m = nt * 8 + g;
+    inv_rms[nt] = kNorm && m < m_count ? s_inv_rms[m] : 0.f;
+  }
+
+  // 4. The warp's chunks: two mma steps per column tile, each slot refilled once consumed.
+  float acc[NT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+  for (int j0 = 0; j0 < my_chunks; j0 += P) {
+#pragma unroll
+    for (int s = 0; s < P; ++s) {
+      const int j = j0 + s;
+      if (j >= my_chunks) break;
+      const uint4 A0 = wa[s], A1 = wb[s];
+      load(j + P, s);
+      const int k = (warp + j * num_warps) * kMmaK + q * 8;  // this lane's 8 values of K
+      float nw[8];
+      if constexpr (kNorm) unpack8<T>(*reinterpret_cast<const uint4*>(a.norm_weight + k), nw);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int m = nt * 8 + g;
+        if (nt * 8 >= m_count) break;  // the whole column tile is padding
+        uint4 xb = {0u, 0u, 0u, 0u};
+        if (m < m_count) {
+          xb = *reinterpret_cast<const uint4*>(a.x + m * a.x_stride + k);
+          if constexpr (kNorm) {  // weight * (x * inv_rms).to(dtype), rounded: RMSNorm's points
+            float f[8];
+            unpack8<T>(xb, f);
+            uint32_t* w = reinterpret_cast<uint32_t*>(&xb);
+#pragma unroll
+            for (int i = 0; i < 8; i += 2) {
+              const float2 n = Pack<T>::round(make_float2(f[i] * inv_rms[nt], f[i + 1] * inv_rms[nt]));
+              w[i / 2] = Pack<T>::pack(make_float2(nw[i] * n.x, nw[i + 1] * n.y));
+            }
+          }
+        }
+        Mma<T>::run(acc[nt], A0.x, A1.x, A0.y, A1.y, xb.x, xb.y);
+        Mma<T>::run(acc[nt], A0.z, A1.z, A0.w, A1.w, xb.z, xb.w);
+      }
+    }
+  }
+
+  // 5. Warps' partial tiles meet in shared memory ([warp][value][lane]: no bank conflicts).
+  extern __shared__ float s_acc[];  // [num_warps][NT * 4][32]
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s_acc[(warp * NT * 4 + nt * 4 + e) * 32 + lane] = acc[nt][e];
+  }
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float sum = 0.f;
+      for (int w = 0; w < num_warps; ++w) sum += s_acc[(w * NT * 4 + nt * 4 + e) * 32 + lane];
+      acc[nt][e] = sum;
+    }
+  }
+
+  // 6. Epilogue: lane (g, q) holds rows g, g + 8 of tokens 2q, 2q + 1 of each column tile.
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      const int m = nt * 8 + 2 * q + t;
+      if (m < m_count) write_pair<T, E>(a, m, row0, row1, valid0, valid1, acc[nt][t], acc[nt][2 + t]);
+    }
+  }
+}
+
+// Warps per CTA: enough warps in all to keep loads in flight on every SM when the tiles are few
+// (a 2048-row down projection has 128 tiles), never more warps than K has chunks.
+inline int mma_warps(int num_tiles, int num_chunks) {
+  int w = num_tiles <= 256 ? 16 : num_tiles <= 512 ? 8 : 4;
+  while (w > 4 && w > num_chunks) w /= 2;
+  return w;
+}
+
+template <typename T, Epilogue E>
+int mma_tiles(const GemvArgs<T>& a) {
+  if constexpr (E == Epilogue::kSiluMul) return a.N / 2 / 8;
+  if constexpr (E == Epilogue::kQkvRope) return a.N / kMmaRows;
+  return (a.N + kMmaRows - 1) / kMmaRows;
+}
+
+template <typename T, int NT, Epilogue E>
+void launch_mma_nt(const GemvArgs<T>& a, cudaStream_t stream) {
+  const int tiles = mma_tiles<T, E>(a), warps = mma_warps(tiles, a.K / kMmaK);
+  const size_t smem = static_cast<size_t>(warps) * NT * 4 * 32 * sizeof(float);
+  cudaLaunchAttribute attr[1];
+  const cudaLaunchConfig_t cfg =
+      pdl::launch_config(dim3(tiles), dim3(warps * 32), smem, stream, attr);
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_mma_kernel<T, NT, E>, a));
+}
+
+template <typename T, Epilogue E>
+void launch_gemv_mma(const GemvArgs<T>& a, cudaStream_t stream) {
+  const int m = a.num_tokens;
+  if (m <= 8) return launch_mma_nt<T, 1, E>(a, stream);
+  if (m <= 16) return launch_mma_nt<T, 2, E>(a, stream);
+  launch_mma_nt<T, 4, E>(a, stream);
+}
+
+}  // namespace gemv
+}  // namespace vgraph
