@@ -51,23 +51,23 @@ struct Threshold {
 };
 constexpr Threshold kThresholds[] = {
     // SmolLM2-135M
-    {Epilogue::kQkvRope, 960, 576, 16, 2},
-    {Epilogue::kAddResidual, 576, 576, 16, 2},
-    {Epilogue::kSiluMul, 3072, 576, 16, 2},
-    {Epilogue::kAddResidual, 576, 1536, 16, 2},
-    {Epilogue::kStore, 49152, 576, 16, 1},
+    {Epilogue::kQkvRope, 960, 576, 16, 4},
+    {Epilogue::kAddResidual, 576, 576, 8, 4},
+    {Epilogue::kSiluMul, 3072, 576, 8, 4},
+    {Epilogue::kAddResidual, 576, 1536, 8, 4},
+    {Epilogue::kStore, 49152, 576, 0, 4},
     // Llama-3.2-1B
-    {Epilogue::kQkvRope, 3072, 2048, 16, 2},
-    {Epilogue::kAddResidual, 2048, 2048, 16, 2},
-    {Epilogue::kSiluMul, 16384, 2048, 16, 2},
-    {Epilogue::kAddResidual, 2048, 8192, 16, 2},
-    {Epilogue::kStore, 128256, 2048, 16, 2},
+    {Epilogue::kQkvRope, 3072, 2048, 2, 4},
+    {Epilogue::kAddResidual, 2048, 2048, 8, 4},
+    {Epilogue::kSiluMul, 16384, 2048, 1, 4},
+    {Epilogue::kAddResidual, 2048, 8192, 1, 4},
+    {Epilogue::kStore, 128256, 2048, 2, 4},
     // Qwen3-0.6B
-    {Epilogue::kQkvRope, 4096, 1024, 16, 2},
-    {Epilogue::kAddResidual, 1024, 2048, 16, 2},
-    {Epilogue::kSiluMul, 6144, 1024, 16, 2},
-    {Epilogue::kAddResidual, 1024, 3072, 16, 2},
-    {Epilogue::kStore, 151936, 1024, 16, 1},
+    {Epilogue::kQkvRope, 4096, 1024, 2, 4},
+    {Epilogue::kAddResidual, 1024, 2048, 8, 4},
+    {Epilogue::kSiluMul, 6144, 1024, 8, 4},
+    {Epilogue::kAddResidual, 1024, 3072, 8, 4},
+    {Epilogue::kStore, 151936, 1024, 0, 4},
 };
 
 const Threshold* find_threshold(Epilogue e, int64_t n, int64_t k) {

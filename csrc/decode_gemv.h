@@ -41,10 +41,11 @@ struct GemvArgs {
 
 // The tensor-core kernel (decode_gemv_mma.cuh): a CTA computes a tile of 16 output rows (8 row
 // pairs for the paired epilogues) for up to kMaxGemvTokens tokens, its warps splitting K in chunks
-// of kMmaK; mma.sync m16n8k16, fp32 accumulation.
+// of kMmaK (kMmaVecs 16-byte vectors per lane and row); mma.sync m16n8k16, fp32 accumulation.
 constexpr int kMmaRows = 16;
-constexpr int kMmaK = 32;
-constexpr int kMmaPreload = 4;  // weight chunks per warp in flight at once
+constexpr int kMmaVecs = 2;
+constexpr int kMmaK = 32 * kMmaVecs;
+constexpr int kMmaPreload = 2;  // weight chunks per warp in flight at once
 
 // Whether the tensor-core kernel takes this shape: K in whole chunks, and for the paired epilogues
 // row pairs that tile by 8 (gate/up halves; half a head for rotate-half RoPE).

@@ -5,16 +5,17 @@
 // Tiling. A CTA owns 16 output rows: tile rows i < 8 and their partners i + 8 (gate row j and up
 // row j; rotate-half partners j and j + head_size / 2; 16 consecutive rows for the plain
 // epilogues), so each thread's accumulator holds both halves of its pairs. Its W warps (4, 8 or 16,
-// from the grid size) split K in chunks of 32 (warp w takes chunks w, w + W, ...); a chunk is two
-// mma.sync.m16n8k16 steps per 8 tokens. The dot product does not care in which order k runs, so
-// lane (g = lane / 4, q = lane % 4) loads 16 contiguous bytes, k = 8q .. 8q + 7 of the chunk, of
-// weight rows g and g + 8 and of token g's activation, and the two steps take words (0, 1) and
-// (2, 3) of them: A and B see the same permutation of k, and every load is a 16-byte vector.
+// from the grid size) split K in chunks of kMmaK = 64 (warp w takes chunks w, w + W, ...); a chunk
+// is four mma.sync.m16n8k16 steps per 8 tokens. The dot product does not care in which order k
+// runs, so lane (g = lane / 4, q = lane % 4) loads 32 contiguous bytes, k = 16q .. 16q + 15 of the
+// chunk, of weight rows g and g + 8 and of token g's activation, and step s takes words (2s, 2s + 1)
+// of them: A and B see the same permutation of k, every load is a 16-byte vector, and a row is
+// read in runs of 128 bytes.
 //
 // Order of work. The first kMmaPreload weight chunks of each warp are loaded before
 // `griddepcontrol.wait` (PDL: they stream while the previous kernel finishes); each chunk's slot is
 // refilled as soon as it is consumed. The norm prologue computes every token's 1 / rms once per CTA
-// (a warp per token) and normalizes the 8 values a lane feeds to the mma with RMSNorm's roundings.
+// (a warp per token) and normalizes the 16 values a lane feeds to the mma with RMSNorm's roundings.
 // Warps' partial tiles meet in shared memory; warp 0 adds them and writes the epilogue.
 #pragma once
 
@@ -28,7 +29,7 @@ template <>
 struct Mma<c10::BFloat16> {
   static __device__ __forceinline__ void run(float* c, uint32_t a0, uint32_t a1, uint32_t a2,
                                              uint32_t a3, uint32_t b0, uint32_t b1) {
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
         "{%8, %9}, {%0, %1, %2, %3};"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -40,7 +41,7 @@ template <>
 struct Mma<c10::Half> {
   static __device__ __forceinline__ void run(float* c, uint32_t a0, uint32_t a1, uint32_t a2,
                                              uint32_t a3, uint32_t b0, uint32_t b1) {
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
         "{%8, %9}, {%0, %1, %2, %3};"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -75,19 +76,22 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
   // 1. This lane's two weight rows (g and g + 8 of the tile) and this warp's chunks.
   const int row0 = mma_row<T, E>(a, blockIdx.x, g), row1 = mma_row<T, E>(a, blockIdx.x, g + 8);
   const bool valid0 = row0 < a.N, valid1 = row1 < a.N;  // the last tile of a plain epilogue
-  const uint4* w0 =
-      reinterpret_cast<const uint4*>(a.weight + static_cast<int64_t>(valid0 ? row0 : 0) * a.K) + q;
-  const uint4* w1 =
-      reinterpret_cast<const uint4*>(a.weight + static_cast<int64_t>(valid1 ? row1 : 0) * a.K) + q;
+  const uint4* w0 = reinterpret_cast<const uint4*>(
+                        a.weight + static_cast<int64_t>(valid0 ? row0 : 0) * a.K) + q * kMmaVecs;
+  const uint4* w1 = reinterpret_cast<const uint4*>(
+                        a.weight + static_cast<int64_t>(valid1 ? row1 : 0) * a.K) + q * kMmaVecs;
   const int num_chunks = a.K / kMmaK;
   const int my_chunks = warp < num_chunks ? (num_chunks - warp + num_warps - 1) / num_warps : 0;
 
   // 2. The first P chunks, before the wait.
-  uint4 wa[P], wb[P];
+  uint4 wa[P][kMmaVecs], wb[P][kMmaVecs];
   auto load = [&](int j, int slot) {
     if (j < my_chunks) {
       const int c = (warp + j * num_warps) * (kMmaK / 8);  // in 16-byte vectors
-      wa[slot] = load_stream(w0 + c), wb[slot] = load_stream(w1 + c);
+#pragma unroll
+      for (int v = 0; v < kMmaVecs; ++v) {
+        wa[slot][v] = load_stream(w0 + c + v), wb[slot][v] = load_stream(w1 + c + v);
+      }
     }
   };
 #pragma unroll
@@ -120,7 +124,8 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
     inv_rms[nt] = kNorm && m < m_count ? s_inv_rms[m] : 0.f;
   }
 
-  // 4. The warp's chunks: two mma steps per column tile, each slot refilled once consumed.
+  // 4. The warp's chunks, each slot refilled once consumed: per column tile, the lane's 16 values
+  // of token g (normalized for the norm ops), then kMmaVecs * 2 mma steps.
   float acc[NT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
@@ -129,31 +134,36 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
     for (int s = 0; s < P; ++s) {
       const int j = j0 + s;
       if (j >= my_chunks) break;
-      const uint4 A0 = wa[s], A1 = wb[s];
+      uint4 A0[kMmaVecs], A1[kMmaVecs];
+#pragma unroll
+      for (int v = 0; v < kMmaVecs; ++v) A0[v] = wa[s][v], A1[v] = wb[s][v];
       load(j + P, s);
-      const int k = (warp + j * num_warps) * kMmaK + q * 8;  // this lane's 8 values of K
-      float nw[8];
-      if constexpr (kNorm) unpack8<T>(*reinterpret_cast<const uint4*>(a.norm_weight + k), nw);
+      const int k = (warp + j * num_warps) * kMmaK + q * 8 * kMmaVecs;  // this lane's 16 of K
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const int m = nt * 8 + g;
         if (nt * 8 >= m_count) break;  // the whole column tile is padding
-        uint4 xb = {0u, 0u, 0u, 0u};
-        if (m < m_count) {
-          xb = *reinterpret_cast<const uint4*>(a.x + m * a.x_stride + k);
-          if constexpr (kNorm) {  // weight * (x * inv_rms).to(dtype), rounded: RMSNorm's points
-            float f[8];
-            unpack8<T>(xb, f);
-            uint32_t* w = reinterpret_cast<uint32_t*>(&xb);
 #pragma unroll
-            for (int i = 0; i < 8; i += 2) {
-              const float2 n = Pack<T>::round(make_float2(f[i] * inv_rms[nt], f[i + 1] * inv_rms[nt]));
-              w[i / 2] = Pack<T>::pack(make_float2(nw[i] * n.x, nw[i + 1] * n.y));
+        for (int v = 0; v < kMmaVecs; ++v) {
+          uint4 xb = {0u, 0u, 0u, 0u};
+          if (m < m_count) {
+            xb = *reinterpret_cast<const uint4*>(a.x + m * a.x_stride + k + v * 8);
+            if constexpr (kNorm) {  // weight * (x * inv_rms).to(dtype), rounded: RMSNorm's points
+              float f[8], nw[8];
+              unpack8<T>(xb, f);
+              unpack8<T>(*reinterpret_cast<const uint4*>(a.norm_weight + k + v * 8), nw);
+              uint32_t* w = reinterpret_cast<uint32_t*>(&xb);
+#pragma unroll
+              for (int i = 0; i < 8; i += 2) {
+                const float2 n =
+                    Pack<T>::round(make_float2(f[i] * inv_rms[nt], f[i + 1] * inv_rms[nt]));
+                w[i / 2] = Pack<T>::pack(make_float2(nw[i] * n.x, nw[i + 1] * n.y));
+              }
             }
           }
+          Mma<T>::run(acc[nt], A0[v].x, A1[v].x, A0[v].y, A1[v].y, xb.x, xb.y);
+          Mma<T>::run(acc[nt], A0[v].z, A1[v].z, A0[v].w, A1[v].w, xb.z, xb.w);
         }
-        Mma<T>::run(acc[nt], A0.x, A1.x, A0.y, A1.y, xb.x, xb.y);
-        Mma<T>::run(acc[nt], A0.z, A1.z, A0.w, A1.w, xb.z, xb.w);
       }
     }
   }
@@ -188,11 +198,11 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
   }
 }
 
-// Warps per CTA: enough warps in all to keep loads in flight on every SM when the tiles are few
-// (a 2048-row down projection has 128 tiles), never more warps than K has chunks.
-inline int mma_warps(int num_tiles, int num_chunks) {
-  int w = num_tiles <= 256 ? 16 : num_tiles <= 512 ? 8 : 4;
-  while (w > 4 && w > num_chunks) w /= 2;
+// Warps per CTA: enough that each warp's chunks fit its preload (one round trip to memory per
+// warp: short-lived CTAs hide latency the way many small ones do), 4 to 16.
+inline int mma_warps(int num_chunks) {
+  int w = 4;
+  while (w < 16 && w * kMmaPreload < num_chunks) w *= 2;
   return w;
 }
 
@@ -205,7 +215,7 @@ int mma_tiles(const GemvArgs<T>& a) {
 
 template <typename T, int NT, Epilogue E>
 void launch_mma_nt(const GemvArgs<T>& a, cudaStream_t stream) {
-  const int tiles = mma_tiles<T, E>(a), warps = mma_warps(tiles, a.K / kMmaK);
+  const int tiles = mma_tiles<T, E>(a), warps = mma_warps(a.K / kMmaK);
   const size_t smem = static_cast<size_t>(warps) * NT * 4 * 32 * sizeof(float);
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg =
