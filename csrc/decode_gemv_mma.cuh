@@ -7,10 +7,10 @@
 // epilogues), so each thread's accumulator holds both halves of its pairs. Its W warps (4, 8 or 16,
 // from the grid size) split K in chunks of kMmaK = 64 (warp w takes chunks w, w + W, ...); a chunk
 // is four mma.sync.m16n8k16 steps per 8 tokens. The dot product does not care in which order k
-// runs, so lane (g = lane / 4, q = lane % 4) loads 32 contiguous bytes, k = 16q .. 16q + 15 of the
-// chunk, of weight rows g and g + 8 and of token g's activation, and step s takes words (2s, 2s + 1)
-// of them: A and B see the same permutation of k, every load is a 16-byte vector, and a row is
-// read in runs of 128 bytes.
+// runs, so lane (g = lane / 4, q = lane % 4) loads the 16-byte vectors v = 0, 1 at k = 32v + 8q of
+// the chunk, of weight rows g and g + 8 and of token g's activation, and the steps take words
+// (0, 1) and (2, 3) of each: A and B see the same permutation of k, every load is a 16-byte vector,
+// and each load instruction reads 64 contiguous bytes of a row.
 //
 // Order of work. The first kMmaPreload weight chunks of each warp are loaded before
 // `griddepcontrol.wait` (PDL: they stream while the previous kernel finishes); each chunk's slot is
@@ -76,10 +76,10 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
   // 1. This lane's two weight rows (g and g + 8 of the tile) and this warp's chunks.
   const int row0 = mma_row<T, E>(a, blockIdx.x, g), row1 = mma_row<T, E>(a, blockIdx.x, g + 8);
   const bool valid0 = row0 < a.N, valid1 = row1 < a.N;  // the last tile of a plain epilogue
-  const uint4* w0 = reinterpret_cast<const uint4*>(
-                        a.weight + static_cast<int64_t>(valid0 ? row0 : 0) * a.K) + q * kMmaVecs;
-  const uint4* w1 = reinterpret_cast<const uint4*>(
-                        a.weight + static_cast<int64_t>(valid1 ? row1 : 0) * a.K) + q * kMmaVecs;
+  const uint4* w0 =
+      reinterpret_cast<const uint4*>(a.weight + static_cast<int64_t>(valid0 ? row0 : 0) * a.K) + q;
+  const uint4* w1 =
+      reinterpret_cast<const uint4*>(a.weight + static_cast<int64_t>(valid1 ? row1 : 0) * a.K) + q;
   const int num_chunks = a.K / kMmaK;
   const int my_chunks = warp < num_chunks ? (num_chunks - warp + num_warps - 1) / num_warps : 0;
 
@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
       const int c = (warp + j * num_warps) * (kMmaK / 8);  // in 16-byte vectors
 #pragma unroll
       for (int v = 0; v < kMmaVecs; ++v) {
-        wa[slot][v] = load_stream(w0 + c + v), wb[slot][v] = load_stream(w1 + c + v);
+        wa[slot][v] = load_stream(w0 + c + 4 * v), wb[slot][v] = load_stream(w1 + c + 4 * v);
       }
     }
   };
@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
 #pragma unroll
       for (int v = 0; v < kMmaVecs; ++v) A0[v] = wa[s][v], A1[v] = wb[s][v];
       load(j + P, s);
-      const int k = (warp + j * num_warps) * kMmaK + q * 8 * kMmaVecs;  // this lane's 16 of K
+      const int k = (warp + j * num_warps) * kMmaK + q * 8;  // + 32 v: this lane's 16 of K
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const int m = nt * 8 + g;
@@ -147,11 +147,11 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
         for (int v = 0; v < kMmaVecs; ++v) {
           uint4 xb = {0u, 0u, 0u, 0u};
           if (m < m_count) {
-            xb = *reinterpret_cast<const uint4*>(a.x + m * a.x_stride + k + v * 8);
+            xb = *reinterpret_cast<const uint4*>(a.x + m * a.x_stride + k + v * 32);
             if constexpr (kNorm) {  // weight * (x * inv_rms).to(dtype), rounded: RMSNorm's points
               float f[8], nw[8];
               unpack8<T>(xb, f);
-              unpack8<T>(*reinterpret_cast<const uint4*>(a.norm_weight + k + v * 8), nw);
+              unpack8<T>(*reinterpret_cast<const uint4*>(a.norm_weight + k + v * 32), nw);
               uint32_t* w = reinterpret_cast<uint32_t*>(&xb);
 #pragma unroll
               for (int i = 0; i < 8; i += 2) {
@@ -198,11 +198,18 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
   }
 }
 
-// Warps per CTA: enough that each warp's chunks fit its preload (one round trip to memory per
-// warp: short-lived CTAs hide latency the way many small ones do), 4 to 16.
-inline int mma_warps(int num_chunks) {
+// Warps per CTA, 4 to 16: more while each warp still has more chunks than its preload and the grid
+// stays within 16 warps per SM (a 2048-row down projection has 128 tiles: 16 warps; a gate/up
+// projection of 1024 tiles keeps 4, several CTAs per SM streaming for longer).
+inline int mma_warps(int num_tiles, int num_chunks) {
+  static const int num_sms = [] {  // one device per process
+    int device = 0, n = 0;
+    C10_CUDA_CHECK(cudaGetDevice(&device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    return n;
+  }();
   int w = 4;
-  while (w < 16 && w * kMmaPreload < num_chunks) w *= 2;
+  while (w < 16 && w * kMmaPreload < num_chunks && num_tiles * 2 * w <= 16 * num_sms) w *= 2;
   return w;
 }
 
@@ -215,7 +222,7 @@ int mma_tiles(const GemvArgs<T>& a) {
 
 template <typename T, int NT, Epilogue E>
 void launch_mma_nt(const GemvArgs<T>& a, cudaStream_t stream) {
-  const int tiles = mma_tiles<T, E>(a), warps = mma_warps(a.K / kMmaK);
+  const int tiles = mma_tiles<T, E>(a), warps = mma_warps(tiles, a.K / kMmaK);
   const size_t smem = static_cast<size_t>(warps) * NT * 4 * 32 * sizeof(float);
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg =
