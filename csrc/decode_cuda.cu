@@ -1,10 +1,11 @@
-// The fused decode ops on CUDA (the GEMV kernel itself: decode_gemv.h / .cuh): one GEMV kernel on
-// CUDA cores for num_tokens <= a per-shape threshold (at most kMaxGemvTokens), with the op's
-// neighbours fused in as a prologue (RMSNorm) and an epilogue (store / residual add / SiLU-mul /
-// bias + RoPE); above the threshold, for float32 and for unaligned inputs, the unfused sequence
+// The fused decode ops on CUDA (the kernels themselves: decode_gemv.h / .cuh / _mma.cuh): for
+// num_tokens <= a per-shape threshold (at most kMaxGemvTokens) one kernel, a GEMV on CUDA cores or,
+// from a per-shape token count on, on tensor cores (decode_gemv_mma.cuh), with the op's neighbours
+// fused in as a prologue (RMSNorm) and an epilogue (store / residual add / SiLU-mul / bias + RoPE);
+// above the threshold, for float32 and for unaligned inputs, the unfused sequence
 // (decode_common.h: norm kernel, cuBLAS, rope / silu).
 //
-// Kernel shape: a CTA of 128 threads computes kRows = 2 output rows (a row pair for the paired
+// CUDA-core kernel shape: a CTA of 128 threads computes kRows = 2 output rows (a row pair for the paired
 // epilogues: gate row i with up row I + i; rotate-half partners j and j + head_size / 2 of a head)
 // for every token. All 128 threads split K (16-byte vectors, so no cross-CTA split-K and no second
 // launch), each keeps its first kPreload weight vectors of both rows in registers, loaded BEFORE
@@ -42,32 +43,32 @@ using namespace gemv;  // NOLINT: this file is gemv's only client
 // Per epilogue and [N, K]: the largest token count for which a fused kernel beats the unfused
 // sequence (norm kernel, cuBLAS, rope / silu / add kernel), and the smallest at which the
 // tensor-core kernel beats the CUDA-core one. Measured on an H200, bf16, chained inside a CUDA
-// graph with PDL (benchmarks/bench_decode_kernels.py; results in benchmarks/results/). The
+// graph with PDL (benchmarks/bench_decode_kernels.py). The
 // CUDA-core kernel's cost grows with every token (an FMA per weight per token), the tensor-core
 // kernel's barely does. Shapes not measured take the CUDA-core kernel for one token only.
 struct Threshold {
   Epilogue e;
   int64_t n, k, max_tokens, mma_from;
 };
-constexpr Threshold kThresholds[] = {
+constexpr Threshold kThresholds[] = {  // 2026-12-01-h200-mma/call3/decode_kernels.json
     // SmolLM2-135M
-    {Epilogue::kQkvRope, 960, 576, 16, 4},
+    {Epilogue::kQkvRope, 960, 576, 8, 4},
     {Epilogue::kAddResidual, 576, 576, 8, 4},
-    {Epilogue::kSiluMul, 3072, 576, 8, 4},
-    {Epilogue::kAddResidual, 576, 1536, 8, 4},
-    {Epilogue::kStore, 49152, 576, 0, 4},
+    {Epilogue::kSiluMul, 3072, 576, 16, 2},
+    {Epilogue::kAddResidual, 576, 1536, 16, 4},
+    {Epilogue::kStore, 49152, 576, 0, 1},
     // Llama-3.2-1B
-    {Epilogue::kQkvRope, 3072, 2048, 2, 4},
-    {Epilogue::kAddResidual, 2048, 2048, 8, 4},
-    {Epilogue::kSiluMul, 16384, 2048, 1, 4},
-    {Epilogue::kAddResidual, 2048, 8192, 1, 4},
+    {Epilogue::kQkvRope, 3072, 2048, 8, 4},
+    {Epilogue::kAddResidual, 2048, 2048, 8, 1},
+    {Epilogue::kSiluMul, 16384, 2048, 1, 2},
+    {Epilogue::kAddResidual, 2048, 8192, 8, 1},
     {Epilogue::kStore, 128256, 2048, 2, 4},
     // Qwen3-0.6B
-    {Epilogue::kQkvRope, 4096, 1024, 2, 4},
-    {Epilogue::kAddResidual, 1024, 2048, 8, 4},
-    {Epilogue::kSiluMul, 6144, 1024, 8, 4},
-    {Epilogue::kAddResidual, 1024, 3072, 8, 4},
-    {Epilogue::kStore, 151936, 1024, 0, 4},
+    {Epilogue::kQkvRope, 4096, 1024, 8, 2},
+    {Epilogue::kAddResidual, 1024, 2048, 16, 1},
+    {Epilogue::kSiluMul, 6144, 1024, 16, 2},
+    {Epilogue::kAddResidual, 1024, 3072, 16, 4},
+    {Epilogue::kStore, 151936, 1024, 8, 1},
 };
 
 const Threshold* find_threshold(Epilogue e, int64_t n, int64_t k) {
