@@ -54,9 +54,9 @@ sweep() { step "sweep_$1" timeout "${SWEEP_TIMEOUT:-300}" python3 -m vgraph.benc
   --concurrency 1 6 24 48 --input-len 128 --output-len 128 \
   --num-iters 20 --num-warmup 2 --num-rounds 5 --out "$out/sweep_$1.json"; }
 
-# `vgraph serve` (engine core in its own process, the default mode) driven by `vgraph bench serve`
-# at concurrency 1 (the script's in-process default does not apply to it): its median TPOT against the batch-1 step of the latency benchmark is the
-# engine's per-token overhead.
+# `vgraph serve` (engine core in its own process, the default mode: the script's in-process
+# setting does not reach it) driven by `vgraph bench serve` at concurrency 1: its median TPOT
+# against the batch-1 step of the latency benchmark is the engine's per-token overhead.
 serve() { local port=8011 log="$out/serve_$1.log"
   VGRAPH_ENABLE_MULTIPROCESSING=1 python3 -m vgraph.entrypoints.cli serve "$1" --load-format dummy --port $port \
     --max-model-len 2048 >"$log" 2>&1 & local pid=$!
