@@ -4,8 +4,9 @@ engine loads, prefills and captures its graphs), then their steps run in turns, 
 each, round after round, so a slow spell of the host or the GPU falls on every variant alike.
 Variants: `fused` (the default path: fused decode ops, each on the kernel its shape's table picks,
 attention appending the step's K/V in its own launch), `cuda_core` (the fused ops on the CUDA-core
-GEMV only, VGRAPH_GEMV=cuda_core: the path before the tensor-core kernel), `no_append` (fused ops, a separate cache-write launch per layer, as before the
-append), `torch` (LlamaModel's fused ops off: norm, cuBLAS, rope / silu kernels). Arguments after
+GEMV only, VGRAPH_GEMV=cuda_core: the path before the tensor-core kernel), `no_append` (fused ops,
+a separate cache-write launch per layer, as before the append), `torch` (LlamaModel's fused ops
+off: norm, cuBLAS, rope / silu kernels). Arguments after
 `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16 --context-len 1024; one mode);
 --out-dir gets one JSON per model and a summary.
 

@@ -209,7 +209,9 @@ def test_gemv_path_matches_unfused_path(
 
 @pytest.mark.parametrize("device", [CUDA])
 @pytest.mark.parametrize("num_tokens", [1, 7, 16, 29])
-def test_mma_partial_row_tile(num_tokens: int, device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mma_partial_row_tile(
+    num_tokens: int, device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The tensor-core kernel's last tile of 16 rows is partial when N is not a multiple of 16:
     rows past N are neither read beyond the weight nor written; a float32 reference decides."""
     monkeypatch.setenv("VGRAPH_GEMV", "mma")
