@@ -5,12 +5,12 @@
 // Tiling. A CTA owns 16 output rows: tile rows i < 8 and their partners i + 8 (gate row j and up
 // row j; rotate-half partners j and j + head_size / 2; 16 consecutive rows for the plain
 // epilogues), so each thread's accumulator holds both halves of its pairs. Its W warps (4, 8 or 16,
-// from the grid size) split K in chunks of kMmaK = 64 (warp w takes chunks w, w + W, ...); a chunk
-// is four mma.sync.m16n8k16 steps per 8 tokens. The dot product does not care in which order k
-// runs, so lane (g = lane / 4, q = lane % 4) loads the 16-byte vectors v = 0, 1 at k = 32v + 8q of
-// the chunk, of weight rows g and g + 8 and of token g's activation, and the steps take words
-// (0, 1) and (2, 3) of each: A and B see the same permutation of k, every load is a 16-byte vector,
-// and each load instruction reads 64 contiguous bytes of a row.
+// from the tile count and K: mma_warps) split K in chunks of kMmaK = 64 (warp w takes chunks w, w +
+// W, ...); a chunk is four mma.sync.m16n8k16 steps per 8 tokens. The dot product does not care in
+// which order k runs, so lane (g = lane / 4, q = lane % 4) loads the 16-byte vectors v = 0, 1 at k
+// = 32v + 8q of the chunk, of weight rows g and g + 8 and of token g's activation, and the steps
+// take words (0, 1) and (2, 3) of each: A and B see the same permutation of k, every load is a
+// 16-byte vector, and each load instruction reads 64 contiguous bytes of a row.
 //
 // Order of work. The first kMmaPreload weight chunks of each warp are loaded before
 // `griddepcontrol.wait` (PDL: they stream while the previous kernel finishes); each chunk's slot is
@@ -193,7 +193,8 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
       const int m = nt * 8 + 2 * q + t;
-      if (m < m_count) write_pair<T, E>(a, m, row0, row1, valid0, valid1, acc[nt][t], acc[nt][2 + t]);
+      if (m >= m_count) continue;
+      write_pair<T, E>(a, m, row0, row1, valid0, valid1, acc[nt][t], acc[nt][2 + t]);
     }
   }
 }
