@@ -18,7 +18,10 @@ from vgraph.bench.kernels import kernel_family, summarize_kernels
         ("void vgraph::rotary_embedding_kernel<c10::BFloat16>(...)", "rotary"),
         ("void vgraph::silu_and_mul_kernel<c10::BFloat16>(...)", "activation"),
         ("void at::native::reduce_kernel<512, 1, ArgMaxOps>(...)", "sampling"),
-        ("vgraph::(anonymous namespace)::argmax_rows_kernel(long*, float const*, long)", "sampling"),
+        (
+            "vgraph::(anonymous namespace)::argmax_rows_kernel(long*, float const*, long)",
+            "sampling",
+        ),
         ("void vgraph::gemv::gemv_kernel<c10::BFloat16, 1, (Epilogue)2>(...)", "fused_decode"),
         ("void vgraph::gemv::gemv_mma_kernel<c10::BFloat16, 2, (Epilogue)1>(...)", "fused_decode"),
         ("void at::native::vectorized_elementwise_kernel<4, CUDAFunctor_add>(...)", "elementwise"),
