@@ -6,7 +6,8 @@ Variants: `fused` (the default path: fused decode ops, each on the kernel its sh
 attention appending the step's K/V in its own launch), `cuda_core` (the fused ops on the CUDA-core
 GEMV only, VGRAPH_GEMV=cuda_core: the path before the tensor-core kernel), `no_append` (fused ops,
 a separate cache-write launch per layer, as before the append), `torch` (LlamaModel's fused ops
-off: norm, cuBLAS, rope / silu kernels). Arguments after
+off: norm, cuBLAS, rope / silu kernels), `chunk128` / `chunk256` (the attention's smallest
+context partition at 128 / 256 positions instead of 64, VGRAPH_ATTN_MIN_CHUNK). Arguments after
 `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16 --context-len 1024; one mode);
 --out-dir gets one JSON per model and a summary.
 
@@ -39,7 +40,13 @@ from vgraph.bench.step import (
 )
 from vgraph.models.llama import LlamaModel
 
-VARIANTS = ("fused", "cuda_core", "no_append", "torch")
+VARIANTS = ("fused", "cuda_core", "no_append", "torch", "chunk128", "chunk256")
+# Switches the csrc ops read at each launch (so at capture): the variant's, while it starts.
+VARIANT_ENV = {
+    "cuda_core": {"VGRAPH_GEMV": "cuda_core"},
+    "chunk128": {"VGRAPH_ATTN_MIN_CHUNK": "128"},
+    "chunk256": {"VGRAPH_ATTN_MIN_CHUNK": "256"},
+}
 
 
 @contextlib.contextmanager
@@ -47,8 +54,9 @@ def variant_switches(variant: str) -> Iterator[None]:
     """The class-level switches of a variant, set while its engine loads and captures: the model
     decides on the fused ops at its first forward, a captured graph keeps the attention form."""
     fused_ops, appends = LlamaModel.use_fused_ops, CsrcAttentionImpl.appends_kv
-    if variant == "cuda_core":
-        os.environ["VGRAPH_GEMV"] = "cuda_core"  # read by the ops at each launch, so at capture
+    env = VARIANT_ENV.get(variant, {})
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     if variant == "torch":
         LlamaModel.use_fused_ops = lambda self, x: False
     if variant == "no_append":
@@ -57,7 +65,11 @@ def variant_switches(variant: str) -> Iterator[None]:
         yield
     finally:
         LlamaModel.use_fused_ops, CsrcAttentionImpl.appends_kv = fused_ops, appends
-        os.environ.pop("VGRAPH_GEMV", None)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def run_model(model: str, variants: list[str], bench_args: list[str], out: Path) -> list[dict]:

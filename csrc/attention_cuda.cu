@@ -41,6 +41,7 @@
 
 #include "cache.h"
 #include "common.h"
+#include "cp_async.cuh"
 #include "pdl.cuh"
 
 namespace vgraph {
@@ -100,31 +101,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
-}
-
-// 16-byte global -> shared copy; zero-fills when !valid (no bytes are read then).
-__device__ __forceinline__ void cp_async16(uint4* smem, const void* gmem, bool valid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
-               "r"(src_bytes));
-#else
-  *smem = valid ? *reinterpret_cast<const uint4*>(gmem) : make_uint4(0, 0, 0, 0);
-#endif
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-#endif
 }
 
 // 16 bytes -> float[16 / sizeof(scalar_t)].
@@ -204,17 +180,24 @@ __device__ __forceinline__ void split_context(int ctx, int num_parts, int log2_b
   used = (ctx + c - 1) / c;
 }
 
-// Stores token t's K and V rows of kv head kvh in its slot (slot -1: a pad token, not stored):
-// 16-byte copies by the first 2 * HEAD_DIM / VEC threads. The cache is contiguous, so slot s
-// starts at element s * num_kv_heads * head_dim.
+// This thread's 16 bytes of token t's K and V rows of kv head kvh, and where they go in the cache
+// (dst null: nothing to store; the first 2 * HEAD_DIM / VEC threads store, slot -1 is a pad token).
+// The cache is contiguous, so slot s starts at element s * num_kv_heads * head_dim. Loaded first
+// and stored later, so the load's round trip overlaps the query's.
+struct KvRow {
+  uint4* dst = nullptr;
+  uint4 data = {0u, 0u, 0u, 0u};
+};
+
 template <typename scalar_t, int HEAD_DIM>
-__device__ __forceinline__ void append_kv(const AttnParams& p, int t, int kvh) {
+__device__ __forceinline__ KvRow load_kv_row(const AttnParams& p, int t, int kvh) {
   constexpr int VEC = 16 / sizeof(scalar_t);
   constexpr int LANES = HEAD_DIM / VEC;
   const int tid = threadIdx.x;
-  if (tid >= 2 * LANES) return;
+  KvRow row;
+  if (tid >= 2 * LANES) return row;
   const int64_t slot = p.slot_mapping[t];
-  if (slot < 0) return;
+  if (slot < 0) return row;
   const bool is_v = tid >= LANES;
   const int d = (tid % LANES) * VEC;
   const scalar_t* src = reinterpret_cast<const scalar_t*>(is_v ? p.value : p.key) +
@@ -222,7 +205,9 @@ __device__ __forceinline__ void append_kv(const AttnParams& p, int t, int kvh) {
                         kvh * (is_v ? p.v_head_stride : p.k_head_stride) + d;
   scalar_t* dst = reinterpret_cast<scalar_t*>(const_cast<void*>(is_v ? p.value_cache : p.key_cache)) +
                   (slot * p.num_kv_heads + kvh) * HEAD_DIM + d;
-  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+  row.data = *reinterpret_cast<const uint4*>(src);
+  row.dst = reinterpret_cast<uint4*>(dst);
+  return row;
 }
 
 // Merges the `used` partials of heads h0..h0+GT of token t into their output rows:
@@ -409,24 +394,34 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
     cp_async_commit();  // an empty group past the end keeps the group count uniform
   };
 
-  // The pipeline's first stages read positions cached by earlier steps only: those are issued
+  // The pipeline's leading stages that read only positions cached by earlier steps are issued
   // before the wait, overlapping the previous kernel's tail. (Positions from this step, in the
   // cache or in the K/V rows, are written by the previous kernels: after the wait.)
   int blk[kStages];
 #pragma unroll
   for (int s = 0; s < kStages; ++s) blk[s] = block_of(s);  // independent loads, one round trip
-  const bool early = used > 0 && min(end, start + (kStages - 1) * TPI) <= ctx_old;
-  if (early) {
+  int early = 0;  // stages issued before the wait
+  while (used > 0 && early < kStages - 1 && min(end, start + (early + 1) * TPI) <= ctx_old) {
+    ++early;
+  }
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) issue(s, blk[s]);
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < early) issue(s, blk[s]);
   }
   pdl::launch_dependents();
   pdl::wait();  // below: the query and this step's K/V, written by the previous kernel
 
-  // 3. Append: one CTA per (token, kv head) stores the token's K/V rows in its slot. No CTA of
-  // this launch reads that slot: the step's own positions are read from the rows.
-  if (p.key != nullptr && part == 0 && h0 == kvh * p.group) append_kv<scalar_t, HEAD_DIM>(p, t, kvh);
+  // 3. After the wait, every load at once: the remaining first stages, the query (step 4) and the
+  // appended rows. Append: one CTA per (token, kv head) stores the token's K/V rows in its slot;
+  // no CTA of this launch reads that slot (the step's own positions are read from the rows).
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s >= early) issue(s, blk[s]);
+  }
+  const bool appends = p.key != nullptr && part == 0 && h0 == kvh * p.group;
+  const KvRow kv_row = appends ? load_kv_row<scalar_t, HEAD_DIM>(p, t, kvh) : KvRow{};
   if (used == 0) {  // pad token: the row is defined as zeros
+    if (kv_row.dst != nullptr) *kv_row.dst = kv_row.data;
     if (part == 0) {
       for (int i = tid; i < GT * HEAD_DIM; i += kThreads) {
         out[(h0 + i / HEAD_DIM) * p.o_head_stride + i % HEAD_DIM] = static_cast<scalar_t>(0.f);
@@ -447,6 +442,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
         q[g][v] = static_cast<float>(qp[(h0 + g) * p.q_head_stride + v]) * p.scale_log2;
   }
 
+  if (kv_row.dst != nullptr) *kv_row.dst = kv_row.data;  // after the query's loads are issued
+
   // Softmax state per token lane: running max m (log2 units), sum l, unnormalised acc.
   float m[GT], l[GT], acc[GT][VEC];
 #pragma unroll
@@ -455,10 +452,6 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
     l[g] = 0.f;
 #pragma unroll
     for (int v = 0; v < VEC; ++v) acc[g][v] = 0.f;
-  }
-  if (!early) {
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) issue(s, blk[s]);
   }
   int next_blk = blk[kStages - 1];
 
@@ -588,16 +581,15 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
 }
 
 // The smallest partition: kMinChunk, or VGRAPH_ATTN_MIN_CHUNK (a multiple of 16, for
-// measurements): short contexts cost a merge when split, long ones need the parallelism.
+// measurements): short contexts cost a merge when split, long ones need the parallelism. Read at
+// each launch (a graph keeps the value it was captured with), so variants can share a process.
 int min_chunk() {
-  static const int value = [] {
-    const char* v = std::getenv("VGRAPH_ATTN_MIN_CHUNK");
-    const int n = v == nullptr ? kMinChunk : std::atoi(v);
-    TORCH_CHECK(n >= 16 && n % 16 == 0 && n <= kMaxChunk, "VGRAPH_ATTN_MIN_CHUNK must be a multiple "
-                "of 16 in [16, ", kMaxChunk, "], got ", v);
-    return n;
-  }();
-  return value;
+  const char* v = std::getenv("VGRAPH_ATTN_MIN_CHUNK");
+  if (v == nullptr || v[0] == '\0') return kMinChunk;
+  const int n = std::atoi(v);
+  TORCH_CHECK(n >= 16 && n % 16 == 0 && n <= kMaxChunk, "VGRAPH_ATTN_MIN_CHUNK must be a multiple "
+              "of 16 in [16, ", kMaxChunk, "], got ", v);
+  return n;
 }
 
 // Number of partitions, from static sizes only (num_tokens, head groups, block_table width, SM

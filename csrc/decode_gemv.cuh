@@ -13,6 +13,7 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include "cp_async.cuh"
 #include "decode_gemv.h"
 #include "pdl.cuh"
 
@@ -83,12 +84,56 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 // ---- epilogue ---------------------------------------------------------------------------------
+// What the epilogue of one token's row pair reads besides its two sums, loaded early so the
+// epilogue itself is arithmetic and stores only.
+struct EpiIn {
+  float b0 = 0.f, b1 = 0.f;  // kQkvRope: the rows' bias (read only when a.bias is set)
+  float c = 1.f, s = 0.f;    // kQkvRope: cos and sin of the pair at the token's position
+  bool rope = false;         // kQkvRope: the pair belongs to a rotated head
+  float r0 = 0.f, r1 = 0.f;  // kAddResidual: the residual's values at the two rows
+};
+
+// Before the PDL wait: the step constants (the bias is a weight; the positions are a step input,
+// copied to the device before the step's first kernel and written by no kernel of the step, so
+// the cos / sin rows they select can be read while the previous kernel runs).
+template <typename T, Epilogue E>
+__device__ __forceinline__ void epi_before_wait(const GemvArgs<T>& a, int m, int row0, int row1,
+                                                EpiIn& in) {
+  if constexpr (E == Epilogue::kQkvRope) {
+    if (a.bias != nullptr) {
+      in.b0 = static_cast<float>(a.bias[row0]);
+      in.b1 = static_cast<float>(a.bias[row1]);
+    }
+    const int head = row0 / a.head_size, j = row0 - head * a.head_size;
+    in.rope = a.cos_sin != nullptr && head < a.rope_heads;
+    if (in.rope) {
+      const int64_t pos = a.pos64 ? a.pos64[m] : static_cast<int64_t>(a.pos32[m]);
+      CUDA_KERNEL_ASSERT(pos >= 0 && pos < a.max_position);
+      in.c = a.cos_sin[pos * a.head_size + j];
+      in.s = a.cos_sin[pos * a.head_size + a.head_size / 2 + j];
+    }
+  }
+}
+
+// Right after the wait: the residual rows, written by earlier kernels of the step; loaded with
+// the activations rather than after the reduction.
+template <typename T, Epilogue E>
+__device__ __forceinline__ void epi_after_wait(const GemvArgs<T>& a, int m, int row0, int row1,
+                                               bool valid0, bool valid1, EpiIn& in) {
+  if constexpr (E == Epilogue::kAddResidual) {
+    const T* res = a.residual + m * a.res_stride;
+    if (valid0) in.r0 = static_cast<float>(res[row0]);
+    if (valid1) in.r1 = static_cast<float>(res[row1]);
+  }
+}
+
 // Token m's results y0, y1 of output rows row0, row1 (the CTA's row pair: gate i and up i for
 // kSiluMul, rotate-half partners for kQkvRope; any two rows otherwise, each written only if valid).
 // Both kernels end here, so their numerics differ only in the fp32 summation order.
 template <typename T, Epilogue E>
 __device__ __forceinline__ void write_pair(const GemvArgs<T>& a, int m, int row0, int row1,
-                                           bool valid0, bool valid1, float y0, float y1) {
+                                           bool valid0, bool valid1, float y0, float y1,
+                                           const EpiIn& in) {
   if constexpr (E == Epilogue::kStore) {
     if (a.out_float) {
       float* o = static_cast<float*>(a.out) + m * a.out_stride;
@@ -101,24 +146,18 @@ __device__ __forceinline__ void write_pair(const GemvArgs<T>& a, int m, int row0
     }
   } else if constexpr (E == Epilogue::kAddResidual) {
     T* res = a.residual + m * a.res_stride;
-    if (valid0) res[row0] = static_cast<T>(round1<T>(y0) + static_cast<float>(res[row0]));
-    if (valid1) res[row1] = static_cast<T>(round1<T>(y1) + static_cast<float>(res[row1]));
+    if (valid0) res[row0] = static_cast<T>(round1<T>(y0) + in.r0);
+    if (valid1) res[row1] = static_cast<T>(round1<T>(y1) + in.r1);
   } else if constexpr (E == Epilogue::kSiluMul) {
     const float g = round1<T>(y0), u = round1<T>(y1);
     const float act = round1<T>(g / (1.f + expf(-g)));
     static_cast<T*>(a.out)[m * a.out_stride + row0] = static_cast<T>(act * u);
   } else {  // kQkvRope
-    y0 = a.bias ? y0 + static_cast<float>(a.bias[row0]) : y0;
-    y1 = a.bias ? y1 + static_cast<float>(a.bias[row1]) : y1;
+    y0 = a.bias ? y0 + in.b0 : y0;
+    y1 = a.bias ? y1 + in.b1 : y1;
     y0 = round1<T>(y0), y1 = round1<T>(y1);
-    const int half = a.head_size / 2;
-    const int head = row0 / a.head_size, j = row0 - head * a.head_size;
-    if (a.cos_sin != nullptr && head < a.rope_heads) {
-      const int64_t pos = a.pos64 ? a.pos64[m] : static_cast<int64_t>(a.pos32[m]);
-      CUDA_KERNEL_ASSERT(pos >= 0 && pos < a.max_position);
-      const float c = a.cos_sin[pos * a.head_size + j];
-      const float s = a.cos_sin[pos * a.head_size + half + j];
-      const float r0 = y0 * c - y1 * s, r1 = y1 * c + y0 * s;
+    if (in.rope) {
+      const float r0 = y0 * in.c - y1 * in.s, r1 = y1 * in.c + y0 * in.s;
       y0 = r0, y1 = r1;
     }
     T* o = static_cast<T*>(a.out) + m * a.out_stride;
@@ -151,7 +190,9 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
       reinterpret_cast<const uint4*>(a.weight + static_cast<int64_t>(row[0]) * a.K),
       reinterpret_cast<const uint4*>(a.weight + static_cast<int64_t>(valid1 ? row[1] : row[0]) * a.K)};
 
-  // 2. The first weight chunk: independent of earlier kernels, so before the wait.
+  // 2. Independent of earlier kernels, so before the wait: the first weight chunk; the norm
+  // weight's vectors of that chunk, copied to shared memory (cp.async: no registers held, no
+  // stall; each thread later reads only the slots it copied); the epilogue's step constants.
   uint4 w[kRows][kPreload];
   auto load_chunk = [&](int base) {
 #pragma unroll
@@ -162,8 +203,20 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
     }
   };
   load_chunk(0);
+  __shared__ __align__(16) uint4 s_nw[kNorm ? kPreload * kThreads : 1];  // [kPreload][kThreads]
+  if constexpr (kNorm) {
+#pragma unroll
+    for (int v = 0; v < kPreload; ++v) {
+      const int k = v * kThreads + tid;
+      if (k < num_vecs) cp_async16(&s_nw[v * kThreads + tid], a.norm_weight + k * VEC);
+    }
+    cp_async_commit();
+  }
+  EpiIn in;  // thread m < m_count writes token m's outputs (step 6)
+  if (tid < m_count) epi_before_wait<T, E>(a, tid, row[0], row[1], in);
   pdl::launch_dependents();
   pdl::wait();  // everything below may read what the previous kernel wrote
+  if (tid < m_count) epi_after_wait<T, E>(a, tid, row[0], row[1], true, valid1, in);
 
   // 3. RMSNorm prologue: 1 / rms of each token's row, reduced over the CTA.
   float inv_rms[MT];
@@ -214,7 +267,11 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
 #pragma unroll
       for (int r = 0; r < kRows; ++r) unpack8<T>(w[r][v], wf[r]);
       float nw[VEC];
-      if constexpr (kNorm) unpack8<T>(*reinterpret_cast<const uint4*>(a.norm_weight + k * VEC), nw);
+      if constexpr (kNorm) {
+        const uint4* src = base == 0 ? &s_nw[v * kThreads + tid]
+                                     : reinterpret_cast<const uint4*>(a.norm_weight + k * VEC);
+        unpack8<T>(*src, nw);
+      }
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
         if (m < m_count) {
@@ -237,6 +294,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
       }
     }
   };
+  if constexpr (kNorm) cp_async_wait<0>();  // this thread's s_nw slots
   compute_chunk(0);
   for (int base = kPreload * kThreads; base < num_vecs; base += kPreload * kThreads) {
     load_chunk(base);
@@ -266,7 +324,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
     for (int i = 0; i < kWarps; ++i) s += s_acc[i][r][m];
     y[r] = s;
   }
-  write_pair<T, E>(a, m, row[0], row[1], true, valid1, y[0], y[1]);
+  write_pair<T, E>(a, m, row[0], row[1], true, valid1, y[0], y[1], in);
 }
 
 // ---- launch ------------------------------------------------------------------------------------

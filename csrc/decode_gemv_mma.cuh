@@ -83,7 +83,12 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
   const int num_chunks = a.K / kMmaK;
   const int my_chunks = warp < num_chunks ? (num_chunks - warp + num_warps - 1) / num_warps : 0;
 
-  // 2. The first P chunks, before the wait.
+  // 2. Before the wait: the first P chunks; the norm weight, staged in shared memory by cp.async
+  // (after the tile sums: s_nw); each token's cos / sin of the tile's 8 pairs; the lane's bias.
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* s_acc = reinterpret_cast<float*>(smem);  // [num_warps][NT * 4][32]
+  const T* s_nw = reinterpret_cast<const T*>(s_acc + num_warps * NT * 4 * 32);  // [K]
+  __shared__ float2 s_epi[NT * 8][8];  // [token][pair]: cos, sin (kQkvRope); residual (kAddResidual)
   uint4 wa[P][kMmaVecs], wb[P][kMmaVecs];
   auto load = [&](int j, int slot) {
     if (j < my_chunks) {
@@ -96,24 +101,69 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
   };
 #pragma unroll
   for (int s = 0; s < P; ++s) load(s, s);
+  if constexpr (kNorm) {
+    for (int i = threadIdx.x; i < a.K / 8; i += blockDim.x) {
+      cp_async16(const_cast<T*>(s_nw) + i * 8, a.norm_weight + i * 8);
+    }
+    cp_async_commit();
+  }
+  EpiIn in;  // warp 0 writes the epilogue: lane (g, q) holds the rows of pair g
+  if (warp == 0) epi_before_wait<T, E>(a, 0, row0, row1, in);  // the bias; rope from s_epi
+  if constexpr (E == Epilogue::kQkvRope) {
+    for (int i = threadIdx.x; i < m_count * 8; i += blockDim.x) {
+      EpiIn e;
+      epi_before_wait<T, E>(a, i / 8, mma_row<T, E>(a, blockIdx.x, i % 8),
+                            mma_row<T, E>(a, blockIdx.x, i % 8 + 8), e);
+      s_epi[i / 8][i % 8] = make_float2(e.c, e.s);
+    }
+  }
   pdl::launch_dependents();
   pdl::wait();  // everything below may read what the previous kernel wrote
 
-  // 3. RMSNorm prologue: each token's 1 / rms, a warp per token.
+  // The residual's values at the tile's pairs, loaded now, stored in s_epi with the tile sums.
+  constexpr int kResLoads = (NT * 8 * 8 + 127) / 128;  // per thread: CTAs have >= 128 threads
+  float2 res[kResLoads];
+  if constexpr (E == Epilogue::kAddResidual) {
+#pragma unroll
+    for (int j = 0; j < kResLoads; ++j) {
+      const int i = threadIdx.x + j * blockDim.x, p = i % 8;
+      EpiIn e;
+      if (i < m_count * 8) {
+        const int r0 = mma_row<T, E>(a, blockIdx.x, p), r1 = mma_row<T, E>(a, blockIdx.x, p + 8);
+        epi_after_wait<T, E>(a, i / 8, r0, r1, r0 < a.N, r1 < a.N, e);
+      }
+      res[j] = make_float2(e.r0, e.r1);
+    }
+  }
+  if constexpr (kNorm) cp_async_wait<0>();  // s_nw: visible to all after the barrier below
+
+  // 3. RMSNorm prologue: each token's 1 / rms; warp w takes tokens w, w + W, ..., all of them in
+  // one pass over K, so their loads are in flight together (a token after another would cost a
+  // round trip each).
   __shared__ float s_inv_rms[NT * 8];
   if constexpr (kNorm) {
+    constexpr int kPerWarp = NT * 8 / 4;  // CTAs have at least 4 warps
     const int num_vecs = a.K / 8;
-    for (int m = warp; m < m_count; m += num_warps) {
-      const T* x = a.x + m * a.x_stride;
-      float sq = 0.f;
-      for (int k = lane; k < num_vecs; k += 32) {
-        float f[8];
-        unpack8<T>(*reinterpret_cast<const uint4*>(x + k * 8), f);
+    float sq[kPerWarp];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) sq = fmaf(f[i], f[i], sq);
+    for (int i = 0; i < kPerWarp; ++i) sq[i] = 0.f;
+    for (int k = lane; k < num_vecs; k += 32) {
+#pragma unroll
+      for (int i = 0; i < kPerWarp; ++i) {
+        const int m = warp + i * num_warps;
+        if (m < m_count) {
+          float f[8];
+          unpack8<T>(*reinterpret_cast<const uint4*>(a.x + m * a.x_stride + k * 8), f);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) sq[i] = fmaf(f[j], f[j], sq[i]);
+        }
       }
-      sq = warp_sum(sq);
-      if (lane == 0) s_inv_rms[m] = rsqrtf(sq / static_cast<float>(a.K) + a.eps);
+    }
+#pragma unroll
+    for (int i = 0; i < kPerWarp; ++i) {
+      const int m = warp + i * num_warps;
+      const float s = warp_sum(sq[i]);
+      if (lane == 0 && m < m_count) s_inv_rms[m] = rsqrtf(s / static_cast<float>(a.K) + a.eps);
     }
     __syncthreads();
   }
@@ -151,7 +201,7 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
             if constexpr (kNorm) {  // weight * (x * inv_rms).to(dtype), rounded: RMSNorm's points
               float f[8], nw[8];
               unpack8<T>(xb, f);
-              unpack8<T>(*reinterpret_cast<const uint4*>(a.norm_weight + k + v * 32), nw);
+              unpack8<T>(*reinterpret_cast<const uint4*>(s_nw + k + v * 32), nw);
               uint32_t* w = reinterpret_cast<uint32_t*>(&xb);
 #pragma unroll
               for (int i = 0; i < 8; i += 2) {
@@ -169,7 +219,13 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
   }
 
   // 5. Warps' partial tiles meet in shared memory ([warp][value][lane]: no bank conflicts).
-  extern __shared__ float s_acc[];  // [num_warps][NT * 4][32]
+  if constexpr (E == Epilogue::kAddResidual) {
+#pragma unroll
+    for (int j = 0; j < kResLoads; ++j) {
+      const int i = threadIdx.x + j * blockDim.x;
+      if (i < m_count * 8) s_epi[i / 8][i % 8] = res[j];
+    }
+  }
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
@@ -194,7 +250,9 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
     for (int t = 0; t < 2; ++t) {
       const int m = nt * 8 + 2 * q + t;
       if (m >= m_count) continue;
-      write_pair<T, E>(a, m, row0, row1, valid0, valid1, acc[nt][t], acc[nt][2 + t]);
+      if constexpr (E == Epilogue::kQkvRope) in.c = s_epi[m][g].x, in.s = s_epi[m][g].y;
+      if constexpr (E == Epilogue::kAddResidual) in.r0 = s_epi[m][g].x, in.r1 = s_epi[m][g].y;
+      write_pair<T, E>(a, m, row0, row1, valid0, valid1, acc[nt][t], acc[nt][2 + t], in);
     }
   }
 }
@@ -224,7 +282,14 @@ int mma_tiles(const GemvArgs<T>& a) {
 template <typename T, int NT, Epilogue E>
 void launch_mma_nt(const GemvArgs<T>& a, cudaStream_t stream) {
   const int tiles = mma_tiles<T, E>(a), warps = mma_warps(tiles, a.K / kMmaK);
-  const size_t smem = static_cast<size_t>(warps) * NT * 4 * 32 * sizeof(float);
+  constexpr bool kNorm = E == Epilogue::kSiluMul || E == Epilogue::kQkvRope;
+  const size_t smem = static_cast<size_t>(warps) * NT * 4 * 32 * sizeof(float) +
+                      (kNorm ? static_cast<size_t>(a.K) * sizeof(T) : 0);
+  if (smem > 40 * 1024) {  // near the 48 KiB default (static smem counts too): opt in
+    C10_CUDA_CHECK(cudaFuncSetAttribute(gemv_mma_kernel<T, NT, E>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(smem)));
+  }
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg =
       pdl::launch_config(dim3(tiles), dim3(warps * 32), smem, stream, attr);

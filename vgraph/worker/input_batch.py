@@ -116,6 +116,17 @@ class InputBuffers:
         num_reqs_padded: int | None = None,
     ) -> StepInputs:
         """Fill the buffers for one step (padded up to the given sizes) and copy them over."""
+        if sched.requests and max(sched.num_scheduled_tokens) == 1:
+            return self._fill_decode(sched, num_tokens_padded, num_reqs_padded)
+        return self._fill_any(sched, num_tokens_padded, num_reqs_padded)
+
+    def _fill_any(
+        self,
+        sched: SchedulerOutput,
+        num_tokens_padded: int | None,
+        num_reqs_padded: int | None,
+    ) -> StepInputs:
+        """prepare() of any step: token ids here, the rest in _fill."""
         num_reqs = len(sched.requests)
         nst = np.asarray(sched.num_scheduled_tokens, dtype=np.int64)  # [R]
         computed = np.fromiter(
@@ -129,6 +140,51 @@ class InputBuffers:
             tokens[off : off + n] = req.all_token_ids[c : c + n]
             off += n
         return self._fill(layout, nst, computed, sched.block_ids, sched.same_step_kv)
+
+    def _fill_decode(
+        self,
+        sched: SchedulerOutput,
+        num_tokens_padded: int | None,
+        num_reqs_padded: int | None,
+    ) -> StepInputs:
+        """prepare() of a step where every request computes one token: the same buffer contents as
+        _fill, from Python lists (a numpy call costs microseconds, and a decode step of a few
+        requests is on the critical path of every generated token)."""
+        reqs, bs = sched.requests, self.block_size
+        num_reqs = len(reqs)
+        layout = self.layout(num_tokens_padded or num_reqs, num_reqs_padded or num_reqs)
+        v = layout.np
+        computed = [r.num_computed_tokens for r in reqs]  # = each token's position
+        v.input_ids[:num_reqs] = [r.all_token_ids[c] for r, c in zip(reqs, computed)]
+        v.positions[:num_reqs] = computed
+        v.slot_mapping[:num_reqs] = [
+            blocks[c // bs] * bs + c % bs for blocks, c in zip(sched.block_ids, computed)
+        ]
+        bt = v.block_table
+        bt[:] = 0
+        for i, blocks in enumerate(sched.block_ids):
+            bt[i, : len(blocks)] = blocks
+        qsl = v.query_start_loc
+        qsl[: num_reqs + 1] = range(num_reqs + 1)
+        qsl[num_reqs + 1 :] = num_reqs
+        seq_lens = [c + 1 for c in computed]
+        v.seq_lens[:num_reqs] = seq_lens
+        v.seq_lens[num_reqs:] = 0
+        v.input_ids[num_reqs:] = 0
+        v.positions[num_reqs:] = 0
+        v.slot_mapping[num_reqs:] = -1
+        self._copy_to_device(layout)
+        return StepInputs(
+            num_reqs=num_reqs,
+            num_tokens=num_reqs,
+            num_reqs_padded=len(v.seq_lens),
+            num_tokens_padded=len(v.input_ids),
+            max_query_len=1,
+            max_seq_len=max(seq_lens),
+            uniform_decode=not sched.same_step_kv,
+            layout=layout,
+            same_step_kv=sched.same_step_kv,
+        )
 
     def prepare_broadcast(
         self,
