@@ -53,23 +53,23 @@ struct Threshold {
   Epilogue e;
   int64_t n, k, max_tokens, mma_from;
 };
-constexpr Threshold kThresholds[] = {  // 2026-12-01-h200-mma/call3/decode_kernels.json
+constexpr Threshold kThresholds[] = {  // 2026-12-02-h200-latency/call1 (decode_kernels)
     // SmolLM2-135M
-    {Epilogue::kQkvRope, 960, 576, 8, 4},
-    {Epilogue::kAddResidual, 576, 576, 8, 4},
+    {Epilogue::kQkvRope, 960, 576, 16, 8},
+    {Epilogue::kAddResidual, 576, 576, 8, 8},
     {Epilogue::kSiluMul, 3072, 576, 16, 2},
     {Epilogue::kAddResidual, 576, 1536, 16, 4},
     {Epilogue::kStore, 49152, 576, 0, 1},
     // Llama-3.2-1B
     {Epilogue::kQkvRope, 3072, 2048, 8, 4},
-    {Epilogue::kAddResidual, 2048, 2048, 8, 2},
+    {Epilogue::kAddResidual, 2048, 2048, 16, 4},
     {Epilogue::kSiluMul, 16384, 2048, 1, 2},
     {Epilogue::kAddResidual, 2048, 8192, 8, 2},
     {Epilogue::kStore, 128256, 2048, 2, 4},
     // Qwen3-0.6B
     {Epilogue::kQkvRope, 4096, 1024, 8, 2},
-    {Epilogue::kAddResidual, 1024, 2048, 16, 2},
-    {Epilogue::kSiluMul, 6144, 1024, 16, 2},
+    {Epilogue::kAddResidual, 1024, 2048, 16, 4},
+    {Epilogue::kSiluMul, 6144, 1024, 8, 2},
     {Epilogue::kAddResidual, 1024, 3072, 16, 4},
     {Epilogue::kStore, 151936, 1024, 8, 1},
 };

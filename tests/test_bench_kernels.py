@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vgraph.bench.kernels import kernel_family, summarize_kernels
+from vgraph.bench.kernels import kernel_family, summarize_kernels, wall_times
 
 
 @pytest.mark.parametrize(
@@ -40,3 +40,18 @@ def test_summary_per_step():
     assert s["families"]["attention"] == {"kernels": 1.0, "us": 5.0}
     assert list(s["families"]) == ["attention", "matmul"]  # largest GPU time first
     assert s["top"][0] == {"name": "paged_attention_kernel", "kernels": 1.0, "us": 5.0}
+
+
+def test_wall_times_charge_each_kernel_what_it_adds() -> None:
+    # b starts while a runs (PDL) and ends after it; c runs alone after a gap; d inside c
+    spans = [(0.0, 4.0), (1.0, 6.0), (8.0, 10.0), (8.5, 9.0)]
+    assert wall_times(spans) == [4.0, 2.0, 2.0, 0.0]
+    assert wall_times(list(reversed(spans))) == [0.0, 2.0, 2.0, 4.0]
+
+
+def test_summary_with_spans_splits_the_busy_time_by_family() -> None:
+    kernels = [("paged_attention_kernel", 5.0), ("nvjet_gemm", 4.0)]
+    s = summarize_kernels(kernels, num_steps=1, spans=[(0.0, 5.0), (2.0, 6.0)])
+    assert s["busy_us_per_step"] == 6.0
+    assert s["families"]["attention"]["wall_us"] == 5.0
+    assert s["families"]["matmul"] == {"kernels": 1.0, "us": 4.0, "wall_us": 1.0}

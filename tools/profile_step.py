@@ -146,8 +146,10 @@ def profile_kernels(args: argparse.Namespace) -> dict:
     print(
         f"{args.model} batch {args.batch} ({config.attention_backend}): "
         f"{k['kernels_per_step']:.0f} kernels, {k['gpu_us_per_step']:.0f} us of kernel time per "
-        "eager decode step"
+        f"eager decode step, the GPU busy {k['busy_us_per_step']:.0f} us"
     )
+    for f, v in k["families"].items():
+        print(f"  {f:<14} {v['kernels']:5.0f} x {v['us']:8.1f} us, {v['wall_us']:8.1f} us busy")
     for row in k["top"]:
         print(f"  {row['kernels']:5.0f} x {row['us']:8.1f} us  {row['name'][:90]}")
     return {

@@ -2,8 +2,10 @@
 time_graph, the CUDA-graph timing loop of the kernel benchmarks in benchmarks/.
 
 Kernels replayed inside a CUDA graph are reported like launched ones, so the same count works for
-every mode. Families group kernel names by what they compute; a name no rule knows is its own
-family, so nothing is hidden under "other".
+every mode. Kernel durations overlap under programmatic dependent launch; each family's wall_us
+is its share of the GPU's busy time instead (wall_times), which adds up to the step's. Families
+group kernel names by what they compute; a name no rule knows is its own family, so nothing is
+hidden under "other".
 """
 
 from __future__ import annotations
@@ -42,33 +44,58 @@ def kernel_family(name: str) -> str:
     return name.split("(")[0].split("<")[0][:60]
 
 
+def wall_times(spans: list[tuple[float, float]]) -> list[float]:
+    """Each kernel's share of the time the GPU is busy: the part of its [start, end) that no
+    kernel started before it covers. Kernels overlap under programmatic dependent launch (one
+    starts, loads its weights and waits while the previous one runs), so their durations add up to
+    more than the step; these shares add up to the busy time, each kernel charged what it adds."""
+    order = sorted(range(len(spans)), key=lambda i: spans[i][0])
+    out = [0.0] * len(spans)
+    covered = float("-inf")
+    for i in order:
+        start, end = spans[i]
+        out[i] = max(0.0, end - max(start, covered))
+        covered = max(covered, end)
+    return out
+
+
 def summarize_kernels(
     kernels: list[tuple[str, float]],  # (kernel name, GPU microseconds) of every launch
     num_steps: int,
+    spans: list[tuple[float, float]] | None = None,  # (start, end) us of each, same order
 ) -> dict[str, Any]:
-    """Per-step kernel count and GPU time, by family and for the 10 largest kernels."""
+    """Per-step kernel count and GPU time, by family and for the 10 largest kernels; with spans,
+    also each family's share of the busy time (wall_times) and the busy time per step."""
     count: Counter[str] = Counter()
     time_us: defaultdict[str, float] = defaultdict(float)
     fam_count: Counter[str] = Counter()
     fam_us: defaultdict[str, float] = defaultdict(float)
-    for name, us in kernels:
+    fam_wall: defaultdict[str, float] = defaultdict(float)
+    walls = wall_times(spans) if spans is not None else [0.0] * len(kernels)
+    for (name, us), wall in zip(kernels, walls):
         count[name] += 1
         time_us[name] += us
         family = kernel_family(name)
         fam_count[family] += 1
         fam_us[family] += us
+        fam_wall[family] += wall
     top = sorted(time_us, key=time_us.get, reverse=True)[:10]
-    return {
+    families = {}
+    for f in sorted(fam_us, key=fam_us.get, reverse=True):
+        families[f] = {"kernels": fam_count[f] / num_steps, "us": fam_us[f] / num_steps}
+        if spans is not None:
+            families[f]["wall_us"] = fam_wall[f] / num_steps
+    out = {
         "kernels_per_step": len(kernels) / num_steps,
         "gpu_us_per_step": sum(time_us.values()) / num_steps,
-        "families": {
-            f: {"kernels": fam_count[f] / num_steps, "us": fam_us[f] / num_steps}
-            for f in sorted(fam_us, key=fam_us.get, reverse=True)
-        },
+        "families": families,
         "top": [
             {"name": n, "kernels": count[n] / num_steps, "us": time_us[n] / num_steps} for n in top
         ],
     }
+    if spans is not None:
+        out["busy_us_per_step"] = sum(walls) / num_steps
+    return out
 
 
 def profile_kernels(step: Callable[[], Any], num_steps: int = 10) -> dict[str, Any]:
@@ -81,12 +108,14 @@ def profile_kernels(step: Callable[[], Any], num_steps: int = 10) -> dict[str, A
         for _ in range(num_steps):
             step()
         torch.cuda.synchronize()
-    kernels = [
-        (e.name, e.device_time)
+    events = [
+        e
         for e in prof.events()
         if e.device_type == torch.autograd.DeviceType.CUDA and not _is_transfer(e.name)
     ]
-    return summarize_kernels(kernels, num_steps)
+    kernels = [(e.name, e.device_time) for e in events]
+    spans = [(e.time_range.start, e.time_range.end) for e in events]
+    return summarize_kernels(kernels, num_steps, spans)
 
 
 def _is_transfer(name: str) -> bool:

@@ -134,12 +134,13 @@ def profile_runs(runs: list[_ModeRun]) -> None:
             k = profile_kernels(lambda r=run.core.runner, s=sched: r.execute_model(s))
             run.result.setdefault("kernels", {})[name] = k
             families = ", ".join(
-                f"{f} {v['kernels']:.0f}x {v['us']:.0f} us"
+                f"{f} {v['kernels']:.0f}x {v['us']:.0f} us ({v.get('wall_us', 0):.0f} busy)"
                 for f, v in list(k["families"].items())[:5]
             )
             print(
                 f"{run.mode:<20}{name:<12}{k['kernels_per_step']:6.0f} kernels "
-                f"{k['gpu_us_per_step']:8.1f} us GPU  ({families})"
+                f"{k['gpu_us_per_step']:8.1f} us GPU, {k.get('busy_us_per_step', 0):6.1f} busy  "
+                f"({families})"
             )
 
 
