@@ -51,6 +51,7 @@ constexpr int kThreads = 128;         // threads per CTA (4 warps)
 constexpr int kTokensPerLane = 4;     // consecutive positions per token lane per iteration
 constexpr int kStages = 3;            // cp.async pipeline depth: 48 KiB smem, 4 CTAs per SM
 constexpr int kMinChunk = 64;         // smallest partition, in positions (VGRAPH_ATTN_MIN_CHUNK)
+constexpr int kOnePartIters = 4;      // a context of at most this many iterations is not split
 constexpr int kMaxChunk = 8192;       // longest partition a long context is cut into
 constexpr int kMaxParts = 512;        // bound on partitions (the merge keeps weights in smem)
 constexpr int64_t kMaxWorkspaceBytes = 64 << 20;  // bound on the partials of one call
@@ -165,12 +166,20 @@ __device__ int find_request(const int* __restrict__ qsl, const int* __restrict__
 }
 
 // A context of ctx positions is cut into `used` <= num_parts chunks of `chunk` positions (a
-// multiple of the block size, at least min_chunk). Computed identically by every CTA of a token.
+// multiple of the block size, at least min_chunk), except that one of at most one_part positions
+// stays whole: its CTA's few pipeline iterations cost less than the partials' merge (an arrival
+// atomic and two dependent reads of the partials; H200, 2026-12-02). Computed identically by every
+// CTA of a token.
 __device__ __forceinline__ void split_context(int ctx, int num_parts, int log2_bs, int min_chunk,
-                                              int& chunk, int& used) {
+                                              int one_part, int& chunk, int& used) {
   if (ctx <= 0) {
     chunk = 0;
     used = 0;
+    return;
+  }
+  if (ctx <= one_part) {
+    chunk = ((ctx + (1 << log2_bs) - 1) >> log2_bs) << log2_bs;
+    used = 1;
     return;
   }
   int c = (ctx + num_parts - 1) / num_parts;
@@ -230,6 +239,18 @@ __device__ __forceinline__ void merge_partials(const AttnParams& p, int t, int h
   const int tid = threadIdx.x;
   const int lane = tid % 32;
   const int64_t row0 = (static_cast<int64_t>(t) * p.num_heads + h0) * p.num_parts;
+  const int pl = tid / COLS;  // 0 when COLS >= kThreads
+
+  // The first two partials of this thread's first column, loaded with the weights' inputs: both
+  // in one round trip instead of one after the other.
+  auto column = [&](int c) {
+    return reinterpret_cast<const float4*>(p.part_out) +
+           (row0 + static_cast<int64_t>(c / DV) * p.num_parts) * DV + c % DV;
+  };
+  const float4 zero4 = make_float4(0.f, 0.f, 0.f, 0.f);
+  const float4* po0 = column(tid % COLS);
+  const float4 pre0 = pl < used ? __ldcg(po0 + static_cast<int64_t>(pl) * DV) : zero4;
+  const float4 pre1 = pl + PL < used ? __ldcg(po0 + static_cast<int64_t>(pl + PL) * DV) : zero4;
 
   for (int g = tid / 32; g < GT; g += kThreads / 32) {
     const float2* ml = p.part_ml + row0 + g * p.num_parts;
@@ -265,16 +286,17 @@ __device__ __forceinline__ void merge_partials(const AttnParams& p, int t, int h
     o[2] = static_cast<scalar_t>(a.z * inv);
     o[3] = static_cast<scalar_t>(a.w * inv);
   };
-  const int pl = tid / COLS;  // 0 when COLS >= kThreads
   for (int c = tid % COLS; c < COLS; c += kThreads) {
     const int g = c / DV;
-    const float4* po = reinterpret_cast<const float4*>(p.part_out) +
-                       (row0 + static_cast<int64_t>(g) * p.num_parts) * DV + c % DV;
+    const float4* po = column(c);
+    const bool first = c == tid % COLS;
     const float* w = s_w + g * kMaxParts;
-    float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+    float4 a = zero4;
 #pragma unroll 4
     for (int i = pl; i < used; i += PL) {
-      const float4 v = __ldcg(po + static_cast<int64_t>(i) * DV);
+      const float4 v = first && i == pl            ? pre0
+                       : first && i == pl + PL     ? pre1
+                                                   : __ldcg(po + static_cast<int64_t>(i) * DV);
       const float wi = w[i];
       a.x = fmaf(wi, v.x, a.x);
       a.y = fmaf(wi, v.y, a.y);
@@ -336,7 +358,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
     ctx = max(0, min(ctx, p.max_blocks << p.log2_block_size));
   }
   int chunk, used;
-  split_context(ctx, p.num_parts, p.log2_block_size, p.min_chunk, chunk, used);
+  split_context(ctx, p.num_parts, p.log2_block_size, p.min_chunk, kOnePartIters * TPI, chunk,
+                used);
   if (used > 0 && part >= used) return;  // past the end (never the appending CTA: part 0)
   const int start = part * chunk;
   const int end = min(start + chunk, ctx);

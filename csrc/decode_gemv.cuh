@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <c10/cuda/CUDAException.h>
@@ -172,6 +173,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
   constexpr int VEC = 8;  // 16 bytes of a 16-bit dtype
   constexpr bool kNorm = E == Epilogue::kSiluMul || E == Epilogue::kQkvRope;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int nt = blockDim.x, num_warps = nt / 32;  // whole warps, at most kThreads (gemv_threads)
   const int num_vecs = a.K / VEC;
   const int m_count = a.num_tokens;
 
@@ -197,7 +199,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
   auto load_chunk = [&](int base) {
 #pragma unroll
     for (int v = 0; v < kPreload; ++v) {
-      const int k = base + v * kThreads + tid;
+      const int k = base + v * nt + tid;
 #pragma unroll
       for (int r = 0; r < kRows; ++r) w[r][v] = k < num_vecs ? load_stream(w_row[r] + k) : uint4{};
     }
@@ -207,8 +209,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
   if constexpr (kNorm) {
 #pragma unroll
     for (int v = 0; v < kPreload; ++v) {
-      const int k = v * kThreads + tid;
-      if (k < num_vecs) cp_async16(&s_nw[v * kThreads + tid], a.norm_weight + k * VEC);
+      const int k = v * nt + tid;
+      if (k < num_vecs) cp_async16(&s_nw[v * nt + tid], a.norm_weight + k * VEC);
     }
     cp_async_commit();
   }
@@ -218,14 +220,15 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
   pdl::wait();  // everything below may read what the previous kernel wrote
   if (tid < m_count) epi_after_wait<T, E>(a, tid, row[0], row[1], true, valid1, in);
 
-  // 3. RMSNorm prologue: 1 / rms of each token's row, reduced over the CTA.
+  // 3. RMSNorm prologue: 1 / rms of each token's row, reduced over the CTA (a one-warp CTA needs
+  // no shared memory: the butterfly leaves the sum in every lane).
   float inv_rms[MT];
   if constexpr (kNorm) {
     __shared__ float s_sq[kWarps][MT];
     float sq[MT];
 #pragma unroll
     for (int m = 0; m < MT; ++m) sq[m] = 0.f;
-    for (int k = tid; k < num_vecs; k += kThreads) {
+    for (int k = tid; k < num_vecs; k += nt) {
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
         if (m < m_count) {
@@ -238,15 +241,17 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
     }
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
-      const float s = warp_sum(sq[m]);
-      if (lane == 0) s_sq[warp][m] = s;
+      sq[m] = warp_sum(sq[m]);
+      if (lane == 0) s_sq[warp][m] = sq[m];
     }
-    __syncthreads();
+    if (num_warps > 1) __syncthreads();
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
-      float s = 0.f;
-#pragma unroll
-      for (int i = 0; i < kWarps; ++i) s += s_sq[i][m];
+      float s = sq[m];
+      if (num_warps > 1) {
+        s = 0.f;
+        for (int i = 0; i < num_warps; ++i) s += s_sq[i][m];
+      }
       inv_rms[m] = rsqrtf(s / static_cast<float>(a.K) + a.eps);
     }
   }
@@ -261,14 +266,14 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
   auto compute_chunk = [&](int base) {
 #pragma unroll
     for (int v = 0; v < kPreload; ++v) {
-      const int k = base + v * kThreads + tid;
+      const int k = base + v * nt + tid;
       if (k >= num_vecs) break;
       float wf[kRows][VEC];
 #pragma unroll
       for (int r = 0; r < kRows; ++r) unpack8<T>(w[r][v], wf[r]);
       float nw[VEC];
       if constexpr (kNorm) {
-        const uint4* src = base == 0 ? &s_nw[v * kThreads + tid]
+        const uint4* src = base == 0 ? &s_nw[v * nt + tid]
                                      : reinterpret_cast<const uint4*>(a.norm_weight + k * VEC);
         unpack8<T>(*src, nw);
       }
@@ -296,42 +301,56 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
   };
   if constexpr (kNorm) cp_async_wait<0>();  // this thread's s_nw slots
   compute_chunk(0);
-  for (int base = kPreload * kThreads; base < num_vecs; base += kPreload * kThreads) {
+  for (int base = kPreload * nt; base < num_vecs; base += kPreload * nt) {
     load_chunk(base);
     compute_chunk(base);
   }
 
-  // 5. Reduce over the CTA: warp shuffles, then one shared-memory row per warp.
+  // 5. Reduce over the CTA: warp shuffles, then one shared-memory row per warp (a one-warp CTA:
+  // lane m keeps token m's sums).
   __shared__ float s_acc[kWarps][kRows][MT];
+  float y[kRows] = {0.f, 0.f};
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
       const float s = warp_sum(acc[r][m]);
+      if (num_warps == 1 && m == tid) y[r] = s;
       if (lane == 0) s_acc[warp][r][m] = s;
     }
   }
-  __syncthreads();
+  if (num_warps > 1) __syncthreads();
   if (tid >= m_count) return;
 
   // 6. Epilogue: thread m writes token m's outputs.
   const int m = tid;
-  float y[kRows];
+  if (num_warps > 1) {
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < kWarps; ++i) s += s_acc[i][r][m];
-    y[r] = s;
+    for (int r = 0; r < kRows; ++r) {
+      float s = 0.f;
+      for (int i = 0; i < num_warps; ++i) s += s_acc[i][r][m];
+      y[r] = s;
+    }
   }
   write_pair<T, E>(a, m, row[0], row[1], true, valid1, y[0], y[1], in);
 }
 
 // ---- launch ------------------------------------------------------------------------------------
+// Threads per CTA. At one token: whole warps, just enough that each thread's kPreload slots cover
+// a row of K (32 to kThreads), so a CTA streams all its weights at once and more CTAs fit an SM
+// (more bytes in flight); a one-warp CTA also skips the shared-memory reductions. At more tokens
+// all kThreads share the FMAs, which then bound the kernel.
+inline int gemv_threads(int num_tokens, int k) {
+  if (num_tokens > 1) return kThreads;
+  const int per_thread = (k / 8 + kPreload - 1) / kPreload;
+  return std::min(kThreads, std::max(32, (per_thread + 31) / 32 * 32));
+}
+
 template <typename T, int MT, Epilogue E>
 void launch_mt(const GemvArgs<T>& a, int grid, cudaStream_t stream) {
   cudaLaunchAttribute attr[1];
-  const cudaLaunchConfig_t cfg = pdl::launch_config(dim3(grid), dim3(kThreads), 0, stream, attr);
+  const dim3 block(gemv_threads(a.num_tokens, a.K));
+  const cudaLaunchConfig_t cfg = pdl::launch_config(dim3(grid), block, 0, stream, attr);
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<T, MT, E>, a));
 }
 
