@@ -7,9 +7,7 @@ attention appending the step's K/V in its own launch), `cuda_core` (the fused op
 GEMV only, VGRAPH_GEMV=cuda_core: the path before the tensor-core kernel), `no_append` (fused ops,
 a separate cache-write launch per layer, as before the append), `torch` (LlamaModel's fused ops
 off: norm, cuBLAS, rope / silu kernels), `chunk128` / `chunk256` (the attention's smallest
-context partition at 128 / 256 positions instead of 64, VGRAPH_ATTN_MIN_CHUNK), `carveout_default`
-(the driver's L1 / shared-memory split for each kernel instead of the largest shared carveout for
-all, VGRAPH_SMEM_CARVEOUT=default). Arguments after
+context partition at 128 / 256 positions instead of 64, VGRAPH_ATTN_MIN_CHUNK). Arguments after
 `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16 --context-len 1024; one mode);
 --out-dir gets one JSON per model and a summary.
 
@@ -42,13 +40,12 @@ from vgraph.bench.step import (
 )
 from vgraph.models.llama import LlamaModel
 
-VARIANTS = ("fused", "cuda_core", "no_append", "torch", "chunk128", "chunk256", "carveout_default")
+VARIANTS = ("fused", "cuda_core", "no_append", "torch", "chunk128", "chunk256")
 # Switches the csrc ops read at each launch (so at capture): the variant's, while it starts.
 VARIANT_ENV = {
     "cuda_core": {"VGRAPH_GEMV": "cuda_core"},
     "chunk128": {"VGRAPH_ATTN_MIN_CHUNK": "128"},
     "chunk256": {"VGRAPH_ATTN_MIN_CHUNK": "256"},
-    "carveout_default": {"VGRAPH_SMEM_CARVEOUT": "default"},
 }
 
 

@@ -702,7 +702,6 @@ void launch(const AttentionShape& s, AttnParams p, const at::Tensor& query, cuda
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg =
       pdl::launch_config(grid, dim3(kThreads), Cfg::kSmemBytes, stream, attr);
-  pdl::prefer_shared_carveout(reinterpret_cast<const void*>(kernel));
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
 }
 

@@ -351,7 +351,6 @@ void launch_mt(const GemvArgs<T>& a, int grid, cudaStream_t stream) {
   cudaLaunchAttribute attr[1];
   const dim3 block(gemv_threads(a.num_tokens, a.K));
   const cudaLaunchConfig_t cfg = pdl::launch_config(dim3(grid), block, 0, stream, attr);
-  pdl::prefer_shared_carveout(reinterpret_cast<const void*>(gemv_kernel<T, MT, E>));
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<T, MT, E>, a));
 }
 

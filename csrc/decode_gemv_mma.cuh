@@ -293,7 +293,6 @@ void launch_mma_nt(const GemvArgs<T>& a, cudaStream_t stream) {
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg =
       pdl::launch_config(dim3(tiles), dim3(warps * 32), smem, stream, attr);
-  pdl::prefer_shared_carveout(reinterpret_cast<const void*>(gemv_mma_kernel<T, NT, E>));
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_mma_kernel<T, NT, E>, a));
 }
 

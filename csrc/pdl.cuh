@@ -6,13 +6,9 @@
 // Works inside CUDA graphs: capture records the programmatic edge (tests/kernels check replays).
 #pragma once
 
-#include <c10/cuda/CUDAException.h>
 #include <cuda_runtime.h>
 
 #include <cstdlib>
-#include <cstring>
-#include <mutex>
-#include <unordered_map>
 
 namespace vgraph {
 namespace pdl {
@@ -52,25 +48,6 @@ inline cudaLaunchConfig_t launch_config(dim3 grid, dim3 block, size_t smem, cuda
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   return cfg;
-}
-
-// Shared-memory carveout. An SM holds CTAs of one L1 / shared-memory split at a time, so a kernel
-// the driver would give another split than its predecessor's cannot start on an SM until that SM
-// drains, which undoes the overlap PDL buys. The decode path's kernels therefore all ask for the
-// largest shared-memory carveout (attention needs it for its pipeline). VGRAPH_SMEM_CARVEOUT=default
-// leaves the split to the driver (for comparisons); read at each launch, so a graph keeps the
-// setting it was captured with; the attribute is set only when it changes.
-inline void prefer_shared_carveout(const void* kernel) {
-  const char* v = std::getenv("VGRAPH_SMEM_CARVEOUT");
-  const int want = v != nullptr && std::strcmp(v, "default") == 0 ? cudaSharedmemCarveoutDefault
-                                                                   : cudaSharedmemCarveoutMaxShared;
-  static std::mutex mutex;
-  static std::unordered_map<const void*, int> set;  // kernel -> the carveout it was given
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto it = set.find(kernel);
-  if (it != set.end() && it->second == want) return;
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, want));
-  set[kernel] = want;
 }
 
 }  // namespace pdl
