@@ -60,7 +60,9 @@ TORCH_LIBRARY(vgraph_C, m) {
       "int? max_gemv_tokens=None) -> ()");
   // qkv [num_tokens, (num_heads + 2 * num_kv_heads) * head_size] = rms_norm(hidden) W^T (+ bias),
   // then neox RoPE on the q and k heads when positions / cos_sin_cache [max_position, head_size]
-  // are given (rotary over whole heads).
+  // are given (rotary over whole heads). On CUDA the fused kernel reads the weights, the bias,
+  // positions and cos_sin_cache before its PDL wait: none of them may be written by the kernels
+  // just before it on the stream (in the model they are weights and a step input).
   m.def(
       "rms_norm_qkv_rope(Tensor(a!) qkv, Tensor hidden, Tensor norm_weight, float eps, "
       "Tensor weight, Tensor? bias, Tensor? positions, Tensor? cos_sin_cache, int head_size, "

@@ -5,14 +5,15 @@
 // above the threshold, for float32 and for unaligned inputs, the unfused sequence
 // (decode_common.h: norm kernel, cuBLAS, rope / silu).
 //
-// CUDA-core kernel shape: a CTA of 128 threads computes kRows = 2 output rows (a row pair for the
-// paired epilogues: gate row i with up row I + i; rotate-half partners j and j + head_size / 2 of a
-// head) for every token. All 128 threads split K (16-byte vectors, so no cross-CTA split-K and no
-// second launch), each keeps its first kPreload weight vectors of both rows in registers, loaded
-// BEFORE `griddepcontrol.wait`: launched with programmatic stream serialization (PDL), the weight
-// stream overlaps the previous kernel's tail. Activations are read after the wait (L1/L2 hits,
-// every CTA reads the same [M, K]); fp32 accumulation; a warp-shuffle + shared-memory reduction;
-// thread m writes token m's two outputs. The grid depends only on N, the block on nothing, the
+// CUDA-core kernel shape: a CTA (128 threads; at one token just enough whole warps to cover K,
+// gemv_threads) computes kRows = 2 output rows (a row pair for the paired epilogues: gate row i
+// with up row I + i; rotate-half partners j and j + head_size / 2 of a head) for every token. Its
+// threads split K (16-byte vectors, so no cross-CTA split-K and no second launch), each keeps its
+// first kPreload weight vectors of both rows in registers, loaded BEFORE `griddepcontrol.wait`:
+// launched with programmatic stream serialization (PDL), the weight stream overlaps the previous
+// kernel's tail; so do the norm weight, the bias and the cos / sin rows. Activations and the
+// residual are read after the wait, together (L1/L2 hits, every CTA reads the same [M, K]); fp32
+// accumulation; a warp-shuffle (+ shared-memory) reduction; thread m writes token m's two outputs. The grid depends only on N, the block on nothing, the
 // template on the padded token count: graph-safe. Numerics: every rounding point of the unfused
 // layers is kept (normed = (x * inv_rms).to(dtype), weight * normed rounded, projection rounded,
 // then the epilogue in float32 rounded once), so results differ from the unfused path only by fp32
@@ -48,7 +49,8 @@ using namespace gemv;  // NOLINT: this file is gemv's only client
 // residual ops keep the CUDA-core kernel although the chained benchmark favours the tensor-core one
 // for three shapes: in the Llama-3.2-1B decode step that choice lost 0.08 ms
 // (benchmarks/results/2026-12-01-h200-mma/, call 4). Shapes not measured take the CUDA-core kernel
-// for one token only.
+// for one token only. Figures: benchmarks/results/2026-12-02-h200-latency/call1 (its kernel
+// benchmark's suggestions); call 3's agree within a step of the token ladder.
 struct Threshold {
   Epilogue e;
   int64_t n, k, max_tokens, mma_from;

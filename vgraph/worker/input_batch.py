@@ -164,26 +164,11 @@ class InputBuffers:
         bt[:] = 0
         for i, blocks in enumerate(sched.block_ids):
             bt[i, : len(blocks)] = blocks
-        qsl = v.query_start_loc
-        qsl[: num_reqs + 1] = range(num_reqs + 1)
-        qsl[num_reqs + 1 :] = num_reqs
+        v.query_start_loc[: num_reqs + 1] = range(num_reqs + 1)
         seq_lens = [c + 1 for c in computed]
         v.seq_lens[:num_reqs] = seq_lens
-        v.seq_lens[num_reqs:] = 0
-        v.input_ids[num_reqs:] = 0
-        v.positions[num_reqs:] = 0
-        v.slot_mapping[num_reqs:] = -1
-        self._copy_to_device(layout)
-        return StepInputs(
-            num_reqs=num_reqs,
-            num_tokens=num_reqs,
-            num_reqs_padded=len(v.seq_lens),
-            num_tokens_padded=len(v.input_ids),
-            max_query_len=1,
-            max_seq_len=max(seq_lens),
-            uniform_decode=not sched.same_step_kv,
-            layout=layout,
-            same_step_kv=sched.same_step_kv,
+        return self._pad_and_send(
+            layout, num_reqs, num_reqs, 1, max(seq_lens), not sched.same_step_kv, sched.same_step_kv
         )
 
     def prepare_broadcast(
@@ -236,25 +221,46 @@ class InputBuffers:
         qsl = v.query_start_loc
         qsl[0] = 0
         qsl[1 : num_reqs + 1] = cu
-        qsl[num_reqs + 1 :] = num_tokens
         seq_lens = computed + nst
         v.seq_lens[:num_reqs] = seq_lens
-        v.seq_lens[num_reqs:] = 0
+        uniform = bool((nst == 1).all()) and not same_step_kv
+        return self._pad_and_send(
+            layout,
+            num_tokens,
+            num_reqs,
+            int(nst.max()),
+            int(seq_lens.max()),
+            uniform,
+            same_step_kv,
+        )
 
-        # 4. padding
+    def _pad_and_send(
+        self,
+        layout: StepLayout,
+        num_tokens: int,
+        num_reqs: int,
+        max_query_len: int,
+        max_seq_len: int,
+        uniform_decode: bool,
+        same_step_kv: bool,
+    ) -> StepInputs:
+        """4. padding (pad tokens: id 0, position 0, slot -1; pad requests: an empty range at the
+        end, seq_len 0), then the step's one copy."""
+        v = layout.np
+        v.query_start_loc[num_reqs + 1 :] = num_tokens
+        v.seq_lens[num_reqs:] = 0
         v.input_ids[num_tokens:] = 0
         v.positions[num_tokens:] = 0
         v.slot_mapping[num_tokens:] = -1
-
         self._copy_to_device(layout)
         return StepInputs(
             num_reqs=num_reqs,
             num_tokens=num_tokens,
-            num_reqs_padded=r_pad,
-            num_tokens_padded=t_pad,
-            max_query_len=int(nst.max()),
-            max_seq_len=int(seq_lens.max()),
-            uniform_decode=bool((nst == 1).all()) and not same_step_kv,
+            num_reqs_padded=len(v.seq_lens),
+            num_tokens_padded=len(v.input_ids),
+            max_query_len=max_query_len,
+            max_seq_len=max_seq_len,
+            uniform_decode=uniform_decode,
             layout=layout,
             same_step_kv=same_step_kv,
         )
