@@ -13,8 +13,9 @@
 // launched with programmatic stream serialization (PDL), the weight stream overlaps the previous
 // kernel's tail; so do the norm weight, the bias and the cos / sin rows. Activations and the
 // residual are read after the wait, together (L1/L2 hits, every CTA reads the same [M, K]); fp32
-// accumulation; a warp-shuffle (+ shared-memory) reduction; thread m writes token m's two outputs. The grid depends only on N, the block on nothing, the
-// template on the padded token count: graph-safe. Numerics: every rounding point of the unfused
+// accumulation; a warp-shuffle (+ shared-memory) reduction; thread m writes token m's two outputs.
+// The grid depends only on N, the block on K and the token count, the template on the padded token
+// count: graph-safe. Numerics: every rounding point of the unfused
 // layers is kept (normed = (x * inv_rms).to(dtype), weight * normed rounded, projection rounded,
 // then the epilogue in float32 rounded once), so results differ from the unfused path only by fp32
 // summation order; except the residual ops, whose unfused form is one GEMM accumulating into the
