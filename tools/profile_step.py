@@ -6,7 +6,12 @@
 2. Stages, per mode of --modes (default FULL), for the decode step and the mixed step: each stage
    of ModelRunner.execute_model timed after a synchronize (median of many): dispatch + input
    preparation, the forward (graph replay), sampling, and the device-to-host copy.
-3. Host: the same steps under torch.profiler's CPU view: self time per step of each ATen op and
+3. Timeline, the same stages without a synchronize (median of many steps): the host's time in
+   each (dispatch + input preparation, the forward call that launches the graph, the sampler's
+   launches, the wait in the device-to-host copy), and the GPU's time from the forward's first
+   launch to the sampler's last (CUDA events): the step minus that span is the time the GPU waits
+   for the host.
+4. Host: the same steps under torch.profiler's CPU view: self time per step of each ATen op and
    CUDA runtime call (graph launches, kernel launches, copies), the largest first. What the
    list does not cover of the step's time is Python.
 
@@ -82,6 +87,11 @@ def time_stages(args: argparse.Namespace, mode: str) -> tuple[dict, dict]:
             f"{mode} {name} stages, median ms: "
             + ", ".join(f"{k} {v:.3f}" for k, v in stages[name].items())
         )
+        stages[f"{name}_timeline"] = timeline = _timeline(core, sched)
+        print(
+            f"{mode} {name} timeline, median us: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in timeline.items())
+        )
         host[name] = host_profile(core, sched)
         print(f"{mode} {name} host time per step (profiler on: {host[name]['step_us']:.0f} us):")
         for row in host[name]["top"]:
@@ -107,6 +117,38 @@ def _stages(core: EngineCore, sched: Any, iters: int = 50) -> dict[str, float]:
             for name, t0, t1 in zip(("prepare", "forward", "sample", "to_host"), marks, marks[1:]):
                 stages[name].append((t1 - t0) * 1e3)
     return {name: statistics.median(v) for name, v in stages.items()}
+
+
+def _timeline(core: EngineCore, sched: Any, iters: int = 200) -> dict[str, float]:
+    """The stages of a step as the engine runs it (no synchronize between them), us: host time
+    per stage, the GPU's span from the forward to the sampler's last kernel, and what the step
+    spends beyond that span (the GPU idle, waiting for the host)."""
+    runner = core.runner
+    first, last = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    rows: dict[str, list[float]] = defaultdict(list)
+    for i in range(iters + 10):
+        t0 = time.perf_counter()
+        mode, key, t_pad, r_pad = runner.dispatch(sched)
+        step, common = runner.prepare_inputs(sched, t_pad, r_pad)
+        t1 = time.perf_counter()
+        first.record()
+        logits = runner.execute_forward(step, common, mode, key)
+        t2 = time.perf_counter()
+        out = runner.sample(sched, step, logits)
+        last.record()
+        t3 = time.perf_counter()
+        runner.to_host(sched, out)  # waits for the stream: both events are done
+        t4 = time.perf_counter()
+        if i < 10:
+            continue
+        gpu_us = first.elapsed_time(last) * 1e3
+        marks = {"prepare": t1 - t0, "forward_call": t2 - t1, "sample_call": t3 - t2}
+        marks |= {"to_host_wait": t4 - t3, "step": t4 - t0}
+        for k, v in marks.items():
+            rows[k].append(v * 1e6)
+        rows["gpu_span"].append(gpu_us)
+        rows["gpu_idle"].append((t4 - t0) * 1e6 - gpu_us)
+    return {k: statistics.median(v) for k, v in rows.items()}
 
 
 def host_profile(core: EngineCore, sched: Any, iters: int = 20) -> dict[str, Any]:
