@@ -7,9 +7,7 @@ attention appending the step's K/V in its own launch), `cuda_core` (the fused op
 GEMV only, VGRAPH_GEMV=cuda_core: the path before the tensor-core kernel), `no_append` (fused ops,
 a separate cache-write launch per layer, as before the append), `torch` (LlamaModel's fused ops
 off: norm, cuBLAS, rope / silu kernels), `chunk128` / `chunk256` (the attention's smallest
-context partition at 128 / 256 positions instead of 64, VGRAPH_ATTN_MIN_CHUNK), `pair_ctas` (a
-CTA per row pair in the one-token CUDA-core GEMV) and `strideN` (a grid of N CTAs per SM striding
-over the row pairs, VGRAPH_GEMV_CTAS_PER_SM=0 / N). Arguments after
+context partition at 128 / 256 positions instead of 64, VGRAPH_ATTN_MIN_CHUNK). Arguments after
 `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16 --context-len 1024; one mode);
 --out-dir gets one JSON per model and a summary.
 
@@ -42,16 +40,13 @@ from vgraph.bench.step import (
 )
 from vgraph.models.llama import LlamaModel
 
-STRIDES = (2, 4, 8, 16)
-BASE_VARIANTS = ("fused", "cuda_core", "no_append", "torch", "chunk128", "chunk256", "pair_ctas")
-VARIANTS = BASE_VARIANTS + tuple(f"stride{n}" for n in STRIDES)
+VARIANTS = ("fused", "cuda_core", "no_append", "torch", "chunk128", "chunk256")
 # Switches the csrc ops read at each launch (so at capture): the variant's, while it starts.
 VARIANT_ENV = {
     "cuda_core": {"VGRAPH_GEMV": "cuda_core"},
     "chunk128": {"VGRAPH_ATTN_MIN_CHUNK": "128"},
     "chunk256": {"VGRAPH_ATTN_MIN_CHUNK": "256"},
-    "pair_ctas": {"VGRAPH_GEMV_CTAS_PER_SM": "0"},
-} | {f"stride{n}": {"VGRAPH_GEMV_CTAS_PER_SM": str(n)} for n in STRIDES}
+}
 
 
 @contextlib.contextmanager

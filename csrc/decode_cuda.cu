@@ -120,9 +120,9 @@ bool use_mma(Epilogue e, int64_t m, int64_t n, int64_t k, int64_t head_size) {
 
 // The chosen fused kernel on a's shape.
 template <typename T, Epilogue E>
-void launch_fused(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream) {
+void launch_fused(const GemvArgs<T>& a, int cuda_core_grid, cudaStream_t stream) {
   if (use_mma(E, a.num_tokens, a.N, a.K, a.head_size)) return launch_gemv_mma<T, E>(a, stream);
-  launch_gemv<T, E>(a, num_pairs, stream);
+  launch_gemv<T, E>(a, cuda_core_grid, stream);
 }
 
 template <typename T>

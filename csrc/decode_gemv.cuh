@@ -10,7 +10,6 @@
 #include <cstdlib>
 
 #include <c10/cuda/CUDAException.h>
-#include <c10/util/Exception.h>
 #include <c10/macros/Macros.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
@@ -169,24 +168,7 @@ __device__ __forceinline__ void write_pair(const GemvArgs<T>& a, int m, int row0
 }
 
 // ---- the kernel --------------------------------------------------------------------------------
-// The two output rows of row pair p: gate i and up i for kSiluMul, rotate-half partners for
-// kQkvRope, rows 2p and 2p + 1 otherwise (the second past N for the last pair of an odd N).
-template <typename T, Epilogue E>
-__device__ __forceinline__ void pair_rows(const GemvArgs<T>& a, int p, int* row) {
-  if constexpr (E == Epilogue::kSiluMul) {
-    row[0] = p, row[1] = p + a.N / 2;
-  } else if constexpr (E == Epilogue::kQkvRope) {
-    const int half = a.head_size / 2, head = p / half, j = p - head * half;
-    row[0] = head * a.head_size + j, row[1] = row[0] + half;
-  } else {
-    row[0] = p * kRows, row[1] = row[0] + 1;
-  }
-}
-
-// kStride: the CTA computes pairs blockIdx.x, blockIdx.x + gridDim.x, ... (a grid smaller than
-// a.num_pairs, sized to the SMs), the next pair's first weight chunk and epilogue inputs in flight
-// while it computes one; the norm prologue and the norm weight are done once per CTA. Else one pair.
-template <typename T, int MT, Epilogue E, bool kStride>
+template <typename T, int MT, Epilogue E>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
   constexpr int VEC = 8;  // 16 bytes of a 16-bit dtype
   constexpr bool kNorm = E == Epilogue::kSiluMul || E == Epilogue::kQkvRope;
@@ -195,29 +177,34 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
   const int num_vecs = a.K / VEC;
   const int m_count = a.num_tokens;
 
-  // 1. This CTA's (first) row pair.
-  int pair = blockIdx.x;
+  // 1. This CTA's rows.
   int row[kRows];
-  pair_rows<T, E>(a, pair, row);
-  bool valid1 = row[1] < a.N;  // only the last pair of an odd N has one row
-  auto row_ptr = [&](int r) {
-    return reinterpret_cast<const uint4*>(a.weight + static_cast<int64_t>(r) * a.K);
-  };
-  const uint4* w_row[kRows] = {row_ptr(row[0]), row_ptr(valid1 ? row[1] : row[0])};
+  if constexpr (E == Epilogue::kSiluMul) {
+    row[0] = blockIdx.x, row[1] = blockIdx.x + a.N / 2;  // gate i, up i
+  } else if constexpr (E == Epilogue::kQkvRope) {
+    const int half = a.head_size / 2, head = blockIdx.x / half, j = blockIdx.x - head * half;
+    row[0] = head * a.head_size + j, row[1] = row[0] + half;  // rotate-half partners
+  } else {
+    row[0] = blockIdx.x * kRows, row[1] = row[0] + 1;
+  }
+  const bool valid1 = row[1] < a.N;  // only the last CTA of an odd N has one row
+  const uint4* w_row[kRows] = {
+      reinterpret_cast<const uint4*>(a.weight + static_cast<int64_t>(row[0]) * a.K),
+      reinterpret_cast<const uint4*>(a.weight + static_cast<int64_t>(valid1 ? row[1] : row[0]) * a.K)};
 
   // 2. Independent of earlier kernels, so before the wait: the first weight chunk; the norm
   // weight's vectors of that chunk, copied to shared memory (cp.async: no registers held, no
   // stall; each thread later reads only the slots it copied); the epilogue's step constants.
   uint4 w[kRows][kPreload];
-  auto load_chunk = [&](uint4 (&dst)[kRows][kPreload], const uint4* const* src, int base) {
+  auto load_chunk = [&](int base) {
 #pragma unroll
     for (int v = 0; v < kPreload; ++v) {
       const int k = base + v * nt + tid;
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) dst[r][v] = k < num_vecs ? load_stream(src[r] + k) : uint4{};
+      for (int r = 0; r < kRows; ++r) w[r][v] = k < num_vecs ? load_stream(w_row[r] + k) : uint4{};
     }
   };
-  load_chunk(w, w_row, 0);
+  load_chunk(0);
   __shared__ __align__(16) uint4 s_nw[kNorm ? kPreload * kThreads : 1];  // [kPreload][kThreads]
   if constexpr (kNorm) {
 #pragma unroll
@@ -267,11 +254,15 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
       }
       inv_rms[m] = rsqrtf(s / static_cast<float>(a.K) + a.eps);
     }
-    cp_async_wait<0>();  // this thread's s_nw slots
   }
 
   // 4. Dot products, fp32 accumulation.
   float acc[kRows][MT];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int m = 0; m < MT; ++m) acc[r][m] = 0.f;
+  }
   auto compute_chunk = [&](int base) {
 #pragma unroll
     for (int v = 0; v < kPreload; ++v) {
@@ -308,82 +299,40 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
       }
     }
   };
+  if constexpr (kNorm) cp_async_wait<0>();  // this thread's s_nw slots
+  compute_chunk(0);
+  for (int base = kPreload * nt; base < num_vecs; base += kPreload * nt) {
+    load_chunk(base);
+    compute_chunk(base);
+  }
+
   // 5. Reduce over the CTA: warp shuffles, then one shared-memory row per warp (a one-warp CTA:
-  // lane m keeps token m's sums); two slots, so a warp may start the next pair's sums while
-  // others still read this pair's.
-  __shared__ float s_acc[kStride ? 2 : 1][kWarps][kRows][MT];
-  for (int it = 0;; ++it) {
-    // The next pair's rows, first chunk and epilogue inputs (kStride), issued before this
-    // pair's FMAs so that they stream meanwhile.
-    const int next = pair + gridDim.x;
-    const bool more = kStride && next < a.num_pairs;
-    int next_row[kRows] = {0, 0};
-    bool next_valid1 = false;
-    uint4 w_next[kRows][kStride ? kPreload : 1];
-    const uint4* next_w_row[kRows] = {w_row[0], w_row[1]};
-    EpiIn next_in;
-    if constexpr (kStride) {
-      if (more) {
-        pair_rows<T, E>(a, next, next_row);
-        next_valid1 = next_row[1] < a.N;
-        next_w_row[0] = row_ptr(next_row[0]);
-        next_w_row[1] = row_ptr(next_valid1 ? next_row[1] : next_row[0]);
-        load_chunk(w_next, next_w_row, 0);
-        if (tid < m_count) {
-          epi_before_wait<T, E>(a, tid, next_row[0], next_row[1], next_in);
-          epi_after_wait<T, E>(a, tid, next_row[0], next_row[1], true, next_valid1, next_in);
-        }
-      }
-    }
-
+  // lane m keeps token m's sums).
+  __shared__ float s_acc[kWarps][kRows][MT];
+  float y[kRows] = {0.f, 0.f};
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
+  for (int r = 0; r < kRows; ++r) {
 #pragma unroll
-      for (int m = 0; m < MT; ++m) acc[r][m] = 0.f;
-    }
-    compute_chunk(0);
-    for (int base = kPreload * nt; base < num_vecs; base += kPreload * nt) {
-      load_chunk(w, w_row, base);
-      compute_chunk(base);
-    }
-
-    float(&sacc)[kWarps][kRows][MT] = s_acc[kStride ? it & 1 : 0];
-    float y[kRows] = {0.f, 0.f};
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        const float s = warp_sum(acc[r][m]);
-        if (num_warps == 1 && m == tid) y[r] = s;
-        if (lane == 0) sacc[warp][r][m] = s;
-      }
-    }
-    if (num_warps > 1) __syncthreads();
-
-    // 6. Epilogue: thread m writes token m's outputs.
-    if (tid < m_count) {
-      const int m = tid;
-      if (num_warps > 1) {
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          float s = 0.f;
-          for (int i = 0; i < num_warps; ++i) s += sacc[i][r][m];
-          y[r] = s;
-        }
-      }
-      write_pair<T, E>(a, m, row[0], row[1], true, valid1, y[0], y[1], in);
-    }
-    if (!more) break;
-    if constexpr (kStride) {
-      pair = next, valid1 = next_valid1, in = next_in;
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        row[r] = next_row[r], w_row[r] = next_w_row[r];
-#pragma unroll
-        for (int v = 0; v < kPreload; ++v) w[r][v] = w_next[r][v];
-      }
+    for (int m = 0; m < MT; ++m) {
+      const float s = warp_sum(acc[r][m]);
+      if (num_warps == 1 && m == tid) y[r] = s;
+      if (lane == 0) s_acc[warp][r][m] = s;
     }
   }
+  if (num_warps > 1) __syncthreads();
+  if (tid >= m_count) return;
+
+  // 6. Epilogue: thread m writes token m's outputs.
+  const int m = tid;
+  if (num_warps > 1) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      float s = 0.f;
+      for (int i = 0; i < num_warps; ++i) s += s_acc[i][r][m];
+      y[r] = s;
+    }
+  }
+  write_pair<T, E>(a, m, row[0], row[1], true, valid1, y[0], y[1], in);
 }
 
 // ---- launch ------------------------------------------------------------------------------------
@@ -397,52 +346,23 @@ inline int gemv_threads(int num_tokens, int k) {
   return std::min(kThreads, std::max(32, (per_thread + 31) / 32 * 32));
 }
 
-// One-token CTAs per SM of the striding grid (0: a CTA per row pair): kStrideCtasPerSm, or
-// VGRAPH_GEMV_CTAS_PER_SM for measurements. Read at each launch (a graph keeps the grid it was
-// captured with), so variants can share a process.
-inline int gemv_ctas_per_sm() {
-  const char* v = std::getenv("VGRAPH_GEMV_CTAS_PER_SM");
-  if (v == nullptr || v[0] == '\0') return kStrideCtasPerSm;
-  const int n = std::atoi(v);
-  TORCH_CHECK(n >= 0 && n <= 32, "VGRAPH_GEMV_CTAS_PER_SM must be in [0, 32], got ", v);
-  return n;
-}
-
-inline int num_sms() {
-  static const int n = [] {
-    int device = 0, count = 0;
-    C10_CUDA_CHECK(cudaGetDevice(&device));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    return count;
-  }();
-  return n;
-}
-
-template <typename T, int MT, Epilogue E, bool kStride>
+template <typename T, int MT, Epilogue E>
 void launch_mt(const GemvArgs<T>& a, int grid, cudaStream_t stream) {
   cudaLaunchAttribute attr[1];
   const dim3 block(gemv_threads(a.num_tokens, a.K));
   const cudaLaunchConfig_t cfg = pdl::launch_config(dim3(grid), block, 0, stream, attr);
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<T, MT, E, kStride>, a));
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<T, MT, E>, a));
 }
 
 template <typename T, Epilogue E>
-void launch_gemv(const GemvArgs<T>& args, int num_pairs, cudaStream_t stream) {
-  GemvArgs<T> a = args;
-  a.num_pairs = num_pairs;
+void launch_gemv(const GemvArgs<T>& a, int grid, cudaStream_t stream) {
   const int m = a.num_tokens;
-  if (m <= 1) {
-    const int64_t stride_grid = static_cast<int64_t>(gemv_ctas_per_sm()) * num_sms();
-    if (stride_grid > 0 && stride_grid < num_pairs) {
-      return launch_mt<T, 1, E, true>(a, static_cast<int>(stride_grid), stream);
-    }
-    return launch_mt<T, 1, E, false>(a, num_pairs, stream);
-  }
-  if (m <= 2) return launch_mt<T, 2, E, false>(a, num_pairs, stream);
-  if (m <= 4) return launch_mt<T, 4, E, false>(a, num_pairs, stream);
-  if (m <= 8) return launch_mt<T, 8, E, false>(a, num_pairs, stream);
-  if (m <= 16) return launch_mt<T, 16, E, false>(a, num_pairs, stream);
-  launch_mt<T, 32, E, false>(a, num_pairs, stream);
+  if (m <= 1) return launch_mt<T, 1, E>(a, grid, stream);
+  if (m <= 2) return launch_mt<T, 2, E>(a, grid, stream);
+  if (m <= 4) return launch_mt<T, 4, E>(a, grid, stream);
+  if (m <= 8) return launch_mt<T, 8, E>(a, grid, stream);
+  if (m <= 16) return launch_mt<T, 16, E>(a, grid, stream);
+  launch_mt<T, 32, E>(a, grid, stream);
 }
 
 #define VGRAPH_INSTANTIATE_GEMV(E)                                                               \

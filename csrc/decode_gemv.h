@@ -16,8 +16,6 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kRows = 2;            // output rows per CTA
 constexpr int kPreload = 4;         // weight vectors per thread and row in flight at once
 constexpr int kMaxGemvTokens = 32;  // the largest padded token count with a GEMV instantiation
-// One-token kernel: CTAs per SM of a grid that strides over the row pairs (0: a CTA per pair).
-constexpr int kStrideCtasPerSm = 0;
 
 enum class Epilogue : int { kStore, kAddResidual, kSiluMul, kQkvRope };
 
@@ -39,7 +37,6 @@ struct GemvArgs {
   const int32_t* pos32;
   const float* cos_sin;  // [max_position, head_size] = cos | sin
   int max_position, head_size, rope_heads;  // rope_heads = num_heads + num_kv_heads
-  int num_pairs;         // CUDA-core kernel: row pairs (set by launch_gemv from its grid)
 };
 
 // The tensor-core kernel (decode_gemv_mma.cuh): a CTA computes a tile of 16 output rows (8 row
@@ -59,11 +56,10 @@ inline bool mma_fits(Epilogue e, int64_t n, int64_t k, int64_t head_size) {
   return true;
 }
 
-// Launches the kernel for a.num_tokens in [1, kMaxGemvTokens] over `num_pairs` row pairs, with
-// programmatic stream serialization unless VGRAPH_PDL=0: a CTA per pair, or at one token a grid of
-// gemv_ctas_per_sm() CTAs per SM striding over the pairs. T is c10::Half or c10::BFloat16.
+// Launches the kernel for a.num_tokens in [1, kMaxGemvTokens] on `grid` CTAs, with programmatic
+// stream serialization unless VGRAPH_PDL=0. T is c10::Half or c10::BFloat16.
 template <typename T, Epilogue E>
-void launch_gemv(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream);
+void launch_gemv(const GemvArgs<T>& a, int grid, cudaStream_t stream);
 
 // Launches the tensor-core kernel for a.num_tokens in [1, kMaxGemvTokens] on a shape mma_fits
 // accepts; its grid and CTA size follow from N and K alone (graph-safe).

@@ -8,7 +8,6 @@ inputs, and the ops under torch.compile. CPU always, CUDA under the `gpu` marker
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import pytest
@@ -206,38 +205,6 @@ def test_gemv_path_matches_unfused_path(
                 continue
             exact = (fast == slow).float().mean().item()
             assert exact > 0.8, (i, dtype, exact)
-
-
-def run_odd_n(c: Case, max_tokens: int | None) -> torch.Tensor:
-    """linear_out with an odd N (2 I - 1 rows): a last row pair of one row."""
-    w = c.w_gu[: c.w_gu.shape[0] - 1]
-    out = torch.zeros(c.hidden_x.shape[0], w.shape[0] + 1, dtype=torch.float32, device=w.device)
-    OPS.linear_out(out[:, :-1], c.hidden_x, w, max_tokens)
-    assert (out[:, -1] == 0).all()  # past N: untouched
-    return out
-
-
-@pytest.mark.parametrize("device", [CUDA])
-@pytest.mark.parametrize("ctas_per_sm", [1, 3])
-@pytest.mark.parametrize("shape", list(SHAPES))
-def test_striding_grid_matches_a_cta_per_pair(
-    shape: str, ctas_per_sm: int, device: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The one-token CUDA-core kernel on a grid that strides over the row pairs (every CTA takes
-    many pairs: the next pair's loads in flight, the norm done once, two reduction slots) gives
-    the bits of a CTA per pair: each pair's arithmetic is the same. The last run has an odd N
-    (a last pair of one row)."""
-    monkeypatch.setenv("VGRAPH_GEMV", "cuda_core")
-    for dtype in dtypes_for(device):
-        c = Case(shape, 1, dtype, device)
-
-        for i, run in enumerate([*path_runs(c), functools.partial(run_odd_n, c)]):
-            monkeypatch.setenv("VGRAPH_GEMV_CTAS_PER_SM", "0")
-            pair_ctas = run(32)
-            monkeypatch.setenv("VGRAPH_GEMV_CTAS_PER_SM", str(ctas_per_sm))
-            striding = run(32)
-            assert torch.equal(striding, pair_ctas), (i, dtype)
-            assert torch.isfinite(striding).all() and striding.abs().sum() > 0, (i, dtype)
 
 
 @pytest.mark.parametrize("device", [CUDA])
