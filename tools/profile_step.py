@@ -11,7 +11,10 @@
    launches, the wait in the device-to-host copy), and the GPU's time from the forward's first
    launch to the sampler's last (CUDA events): the step minus that span is the time the GPU waits
    for the host.
-4. Host: the same steps under torch.profiler's CPU view: self time per step of each ATen op and
+4. Python: the same steps under cProfile: own time per step of the functions that take most
+   (the C calls among them: graph launches, kernel launches, copies), and the FULL graph's
+   replay call alone (host time, and with the synchronize after it).
+5. Host: the same steps under torch.profiler's CPU view: self time per step of each ATen op and
    CUDA runtime call (graph launches, kernel launches, copies), the largest first. What the
    list does not cover of the step's time is Python.
 
@@ -92,6 +95,15 @@ def time_stages(args: argparse.Namespace, mode: str) -> tuple[dict, dict]:
             f"{mode} {name} timeline, median us: "
             + ", ".join(f"{k} {v:.1f}" for k, v in timeline.items())
         )
+        stages[f"{name}_python"] = py = _python_profile(core, sched)
+        print(f"{mode} {name} python, us per step (cProfile on: {py['step_us']:.0f} us):")
+        for row in py["top"]:
+            print(f"  {row['calls']:5.1f} x {row['own_us']:7.1f} us  {row['name'][:90]}")
+        if "replay_us" in py:
+            print(
+                f"{mode} {name} graph replay alone: call {py['replay_us']:.1f} us, "
+                f"with the synchronize {py['replay_sync_us']:.1f} us"
+            )
         host[name] = host_profile(core, sched)
         print(f"{mode} {name} host time per step (profiler on: {host[name]['step_us']:.0f} us):")
         for row in host[name]["top"]:
@@ -149,6 +161,50 @@ def _timeline(core: EngineCore, sched: Any, iters: int = 200) -> dict[str, float
         rows["gpu_span"].append(gpu_us)
         rows["gpu_idle"].append((t4 - t0) * 1e6 - gpu_us)
     return {k: statistics.median(v) for k, v in rows.items()}
+
+
+def _python_profile(core: EngineCore, sched: Any, iters: int = 200) -> dict[str, Any]:
+    """Own time per step of the 20 costliest functions (cProfile); for a FULL replay also the
+    graph's replay call alone."""
+    import cProfile
+    import pstats
+
+    runner = core.runner
+    for _ in range(5):
+        runner.execute_model(sched)
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    for _ in range(iters):
+        runner.execute_model(sched)
+    prof.disable()
+    result: dict[str, Any] = {"step_us": (time.perf_counter() - t0) / iters * 1e6}
+    stats = pstats.Stats(prof).stats  # (file, line, name) -> (calls, _, own, cumulative, _)
+    rows = sorted(stats.items(), key=lambda kv: kv[1][2], reverse=True)[:20]
+    result["top"] = [
+        {
+            "name": f"{f.split('/')[-1]}:{line}({fn})",
+            "calls": v[0] / iters,
+            "own_us": v[2] / iters * 1e6,
+        }
+        for (f, line, fn), v in rows
+    ]
+    mode, key, _, _ = runner.dispatch(sched)
+    entries = getattr(runner.logits_fn, "entries", {})
+    if key in entries:
+        graph = entries[key].graph
+        calls, synced = [], []
+        for _ in range(iters):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            runner.graph_backend.replay(graph)
+            t1 = time.perf_counter()
+            torch.cuda.synchronize()
+            calls.append((t1 - t0) * 1e6)
+            synced.append((time.perf_counter() - t0) * 1e6)
+        result["replay_us"] = statistics.median(calls)
+        result["replay_sync_us"] = statistics.median(synced)
+    return result
 
 
 def host_profile(core: EngineCore, sched: Any, iters: int = 20) -> dict[str, Any]:
