@@ -8,7 +8,7 @@ python3 -c "import torch, sys; print(torch.__version__, torch.version.cuda, sys.
 lscpu | grep -E "Model name|MHz|^CPU\(s\)" >> $o/env.txt
 export PYTHONUNBUFFERED=1 VGRAPH_ENABLE_MULTIPROCESSING=0 PYTHONPATH=/tmp/site:$PWD
 t0=$SECONDS; python3 -m vgraph.ext_build > $o/build.log 2>&1; echo "build rc=$? in $((SECONDS-t0)) s"
-for m in SmolLM2-135M Llama-3.2-1B; do t0=$SECONDS; timeout 80 python3 tools/profile_step.py --model $m --batch 1 --modes FULL --mixed "" \
+for m in SmolLM2-135M Llama-3.2-1B; do t0=$SECONDS; timeout 90 python3 tools/profile_step.py --model $m --batch 1 --modes FULL --mixed "" \
   --out $o/profile_$m.json > $o/profile_$m.log 2>&1; echo "profile $m rc=$? in $((SECONDS-t0)) s"; grep -E -A22 "stages|timeline|python|replay alone" $o/profile_$m.log | grep -v "^--" | head -30; done
 cat $o/env.txt
 cd $OUT && tar czf results.tgz r && rm -rf r
