@@ -7,7 +7,9 @@ attention appending the step's K/V in its own launch), `cuda_core` (the fused op
 GEMV only, VGRAPH_GEMV=cuda_core: the path before the tensor-core kernel), `no_append` (fused ops,
 a separate cache-write launch per layer, as before the append), `torch` (LlamaModel's fused ops
 off: norm, cuBLAS, rope / silu kernels), `chunk128` / `chunk256` (the attention's smallest
-context partition at 128 / 256 positions instead of 64, VGRAPH_ATTN_MIN_CHUNK). Arguments after
+context partition at 128 / 256 positions instead of 64, VGRAPH_ATTN_MIN_CHUNK), `copy_outside`
+(the step's input copy launched by the host before the replay, not recorded as the FULL graph's
+first node: ModelRunner.full_graphs_copy_inputs off). Arguments after
 `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16 --context-len 1024; one mode);
 --out-dir gets one JSON per model and a summary.
 
@@ -39,8 +41,9 @@ from vgraph.bench.step import (
     summarize,
 )
 from vgraph.models.llama import LlamaModel
+from vgraph.worker.model_runner import ModelRunner
 
-VARIANTS = ("fused", "cuda_core", "no_append", "torch", "chunk128", "chunk256")
+VARIANTS = ("fused", "cuda_core", "no_append", "torch", "chunk128", "chunk256", "copy_outside")
 # Switches the csrc ops read at each launch (so at capture): the variant's, while it starts.
 VARIANT_ENV = {
     "cuda_core": {"VGRAPH_GEMV": "cuda_core"},
@@ -52,8 +55,10 @@ VARIANT_ENV = {
 @contextlib.contextmanager
 def variant_switches(variant: str) -> Iterator[None]:
     """The class-level switches of a variant, set while its engine loads and captures: the model
-    decides on the fused ops at its first forward, a captured graph keeps the attention form."""
+    decides on the fused ops at its first forward, a captured graph keeps the attention form, a
+    runner reads its input-copy switch when built."""
     fused_ops, appends = LlamaModel.use_fused_ops, CsrcAttentionImpl.appends_kv
+    copy_in_graph = ModelRunner.full_graphs_copy_inputs
     env = VARIANT_ENV.get(variant, {})
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -61,10 +66,13 @@ def variant_switches(variant: str) -> Iterator[None]:
         LlamaModel.use_fused_ops = lambda self, x: False
     if variant == "no_append":
         CsrcAttentionImpl.appends_kv = False
+    if variant == "copy_outside":
+        ModelRunner.full_graphs_copy_inputs = False
     try:
         yield
     finally:
         LlamaModel.use_fused_ops, CsrcAttentionImpl.appends_kv = fused_ops, appends
+        ModelRunner.full_graphs_copy_inputs = copy_in_graph
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

@@ -7,7 +7,7 @@ batch descriptor from here too.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -31,6 +31,9 @@ class ForwardContext:
     batch_descriptor: BatchDescriptor | None = None  # chosen by the dispatcher
     attn_layers: dict[str, Attention] = field(default_factory=dict)  # layer name -> module
     capturing: bool = False  # graph wrappers may capture a missing key only while this is set
+    # FULL steps: the step's host-to-device input copy, which a FULL graph records as its first
+    # node (the runner then leaves it out of input preparation); None otherwise
+    copy_inputs: Callable[[], None] | None = None
 
 
 _forward_context: ForwardContext | None = None

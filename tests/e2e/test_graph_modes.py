@@ -78,17 +78,44 @@ def test_full_without_splitting_ops_downgrades_to_full_decode_only(tiny_llama, c
     assert got == ref
 
 
+def test_full_graphs_record_the_input_copy(tiny_llama, monkeypatch):
+    """A FULL replay's inputs reach the device by the graph's own first node: input preparation
+    leaves the copy out for exactly the FULL steps (one host call fewer each), and the tokens are
+    NONE's; with the switch off every step copies on the host, to the same tokens."""
+    copies = []
+    copy_to_device = InputBuffers.copy_to_device
+
+    def counted(self, step):
+        copies.append(step.num_tokens_padded)
+        copy_to_device(self, step)
+
+    monkeypatch.setattr(InputBuffers, "copy_to_device", counted)
+    ref, _ = run(tiny_llama, "NONE")
+    host_copies = {}
+    for in_graph in (True, False):
+        monkeypatch.setattr(ModelRunner, "full_graphs_copy_inputs", in_graph)
+        copies.clear()
+        got, runner = run(tiny_llama, "FULL_DECODE_ONLY")
+        assert got == ref
+        host_copies[in_graph] = len(copies)
+        full_steps = runner.graph_stats.steps["FULL"]
+    assert full_steps >= 15
+    # with the copy in the graph, each capture calls it once (recording it), no replay does
+    assert host_copies[False] - host_copies[True] == full_steps - len(SIZES)
+
+
 def _forgetful_prepare(prepare):
     """A runner bug: each step's input ids and positions land in fresh tensors instead of the
     static buffers a captured graph reads (the real execute_forward then hands those over); the
-    static buffers never get them (here they are cleared)."""
+    static buffers, the device ones and their host twins that a FULL graph copies from, never get
+    them (here they are cleared)."""
 
     def prepare_into_fresh_tensors(self, *args, **kwargs):
         step = prepare(self, *args, **kwargs)
-        gpu = step.layout.gpu
+        gpu, host = step.layout.gpu, step.layout.cpu
         fresh = gpu._replace(input_ids=gpu.input_ids.clone(), positions=gpu.positions.clone())
-        gpu.input_ids.zero_()
-        gpu.positions.zero_()
+        for t in (gpu.input_ids, gpu.positions, host.input_ids, host.positions):
+            t.zero_()
         step.layout = dataclasses.replace(step.layout, gpu=fresh)
         return step
 

@@ -4,9 +4,11 @@ A step's inputs (token ids, positions, cache slots, then the per-request ranges,
 block table) live in one byte buffer on the device, staged through a pinned host twin with numpy
 views, and travel in ONE non-blocking host-to-device copy of the prefix the step uses: on an
 H200 host every extra copy is some 10 us of Python and driver time on the critical path of a
-step. The layout depends only on the padded counts (tokens first, then requests), so a captured
-graph, which reads fixed addresses, finds its inputs where it was captured: a FULL graph's key
-fixes both counts, a piecewise graph's key the token count (its pieces read only token inputs).
+step. A FULL graph records that copy as its first node (prepare(copy=False) leaves it out): the
+host fills the staging twin and launches the graph. The layout depends only on the padded
+counts (tokens first, then requests), so a captured graph, which reads fixed addresses, finds
+its inputs where it was captured: a FULL graph's key fixes both counts, a piecewise graph's key
+the token count (its pieces read only token inputs).
 Pad tokens get input id 0, position 0 and slot -1; pad requests get seq_len 0 and an empty
 query range. A step's CommonAttentionMetadata is views of these buffers.
 """
@@ -114,11 +116,17 @@ class InputBuffers:
         sched: SchedulerOutput,
         num_tokens_padded: int | None = None,
         num_reqs_padded: int | None = None,
+        copy: bool = True,
     ) -> StepInputs:
-        """Fill the buffers for one step (padded up to the given sizes) and copy them over."""
+        """Fill the buffers for one step (padded up to the given sizes) and copy them over
+        (copy=False: the caller's FULL graph does, copy_to_device being its first node)."""
         if sched.requests and max(sched.num_scheduled_tokens) == 1:
-            return self._fill_decode(sched, num_tokens_padded, num_reqs_padded)
-        return self._fill_any(sched, num_tokens_padded, num_reqs_padded)
+            step = self._fill_decode(sched, num_tokens_padded, num_reqs_padded)
+        else:
+            step = self._fill_any(sched, num_tokens_padded, num_reqs_padded)
+        if copy:
+            self.copy_to_device(step)
+        return step
 
     def _fill_any(
         self,
@@ -180,6 +188,7 @@ class InputBuffers:
         num_tokens_padded: int | None,
         num_reqs_padded: int | None,
         same_step_kv: bool = False,
+        copy: bool = True,
     ) -> StepInputs:
         """prepare() on a tensor-parallel worker: the step as rank 0 sent it (no Request)."""
         ids = np.frombuffer(token_ids, dtype=np.int64)
@@ -187,7 +196,10 @@ class InputBuffers:
         layout.np.input_ids[: len(ids)] = ids
         nst = np.asarray(num_scheduled, dtype=np.int64)
         computed = np.asarray(num_computed, dtype=np.int64)
-        return self._fill(layout, nst, computed, block_ids, same_step_kv)
+        step = self._fill(layout, nst, computed, block_ids, same_step_kv)
+        if copy:
+            self.copy_to_device(step)
+        return step
 
     def _fill(
         self,
@@ -245,14 +257,13 @@ class InputBuffers:
         same_step_kv: bool,
     ) -> StepInputs:
         """4. padding (pad tokens: id 0, position 0, slot -1; pad requests: an empty range at the
-        end, seq_len 0), then the step's one copy."""
+        end, seq_len 0)."""
         v = layout.np
         v.query_start_loc[num_reqs + 1 :] = num_tokens
         v.seq_lens[num_reqs:] = 0
         v.input_ids[num_tokens:] = 0
         v.positions[num_tokens:] = 0
         v.slot_mapping[num_tokens:] = -1
-        self._copy_to_device(layout)
         return StepInputs(
             num_reqs=num_reqs,
             num_tokens=num_tokens,
@@ -280,8 +291,7 @@ class InputBuffers:
         v.query_start_loc[1:] = np.cumsum(q_lens)
         v.seq_lens[:] = q_lens
         v.block_table[:] = 0
-        self._copy_to_device(layout)
-        return StepInputs(
+        step = StepInputs(
             num_reqs=num_reqs,
             num_tokens=num_tokens,
             num_reqs_padded=num_reqs,
@@ -291,6 +301,8 @@ class InputBuffers:
             uniform_decode=num_reqs == num_tokens,
             layout=layout,
         )
+        self.copy_to_device(step)
+        return step
 
     def attention_metadata(
         self, step: StepInputs, for_capture: bool = False, num_common_prefix_blocks: int = 0
@@ -316,7 +328,9 @@ class InputBuffers:
             same_step_kv=step.same_step_kv,
         )
 
-    def _copy_to_device(self, layout: StepLayout) -> None:
-        """The step's one host-to-device copy, non-blocking: the prefix its layout uses."""
-        n = layout.nbytes
+    def copy_to_device(self, step: StepInputs) -> None:
+        """The step's one host-to-device copy, non-blocking: the prefix its layout uses (a fixed
+        size per padded shape, so a graph can record it)."""
+        assert step.layout is not None
+        n = step.layout.nbytes
         self.device[:n].copy_(self.host[:n], non_blocking=True)

@@ -5,7 +5,8 @@ called in this order by execute_model():
   1. dispatch: the cascade decision (a decode batch sharing a long prefix), then the runtime
      mode (FULL / PIECEWISE / NONE; never FULL for cascade), graph key, padded counts
   2. prepare_inputs: SchedulerOutput -> persistent buffers (padded) -> CommonAttentionMetadata
-     (input_batch.py), planned by the attention backend's planner
+     (input_batch.py), planned by the attention backend's planner; the host-to-device copy of
+     the inputs, except for a FULL replay, whose graph starts with that copy
   3. execute_forward: the model (or its graph replay) under a ForwardContext
   4. sample: logits of each request's last token -> logits processors and Sampler, on the
      device, outside every graph (penalties, bias, bans, the structured-output bitmask;
@@ -68,6 +69,10 @@ logger = logging.getLogger(__name__)
 
 
 class ModelRunner:
+    # whether FULL graphs record the step's input copy (one host call fewer per replayed step);
+    # read once per runner (benchmarks compare both)
+    full_graphs_copy_inputs = True
+
     def __init__(self, config: VGraphConfig) -> None:
         self.config = config
         self.device = config.device
@@ -100,6 +105,7 @@ class ModelRunner:
         if cc.enable_cascade_attention and self.attention_backend.supports_cascade(self.device):
             self.cascade_rule = CascadeCostRule()
         self.graph_stats = GraphStats()
+        self.full_graphs_copy_inputs = type(self).full_graphs_copy_inputs
         self.step_sampler = StepSampler(self.device)  # with what sampling keeps across steps
         self.model: torch.nn.Module | None = None
         self.model_fn: Callable[..., torch.Tensor] | None = None  # model, maybe piecewise
@@ -238,6 +244,7 @@ class ModelRunner:
             msg.num_tokens_padded,
             msg.num_reqs_padded,
             msg.same_step_kv,
+            copy=not self._graph_copies_inputs(mode),
         )
         common = self.build_common_metadata(
             step, num_common_prefix_blocks=msg.num_common_prefix_blocks
@@ -270,8 +277,11 @@ class ModelRunner:
         num_reqs_padded: int | None = None,
         num_common_prefix_blocks: int = 0,
     ) -> tuple[StepInputs, CommonAttentionMetadata]:
-        """num_reqs_padded is given for FULL replays only (the graph's request count)."""
-        step = self.buffers.prepare(sched, num_tokens_padded, num_reqs_padded)
+        """num_reqs_padded is given for FULL replays only (the graph's request count); their
+        graph copies the inputs to the device itself."""
+        full = num_reqs_padded is not None
+        copy = not (full and self._graph_copies_inputs(CUDAGraphMode.FULL))
+        step = self.buffers.prepare(sched, num_tokens_padded, num_reqs_padded, copy=copy)
         common = self.build_common_metadata(
             step,
             full_graph=num_reqs_padded is not None,
@@ -303,7 +313,7 @@ class ModelRunner:
     ) -> torch.Tensor:
         """Returns float32 logits of each request's last token [num_reqs_padded, vocab_size]."""
         inputs = step.layout.gpu  # views of the runner's static buffers, padded
-        with set_forward_context(self._forward_context(common, mode, key, capturing)):
+        with set_forward_context(self._forward_context(common, mode, key, capturing, step)):
             return self.logits_fn(inputs.input_ids, inputs.positions, inputs.query_start_loc)
 
     def execute_with_prompt_logprobs(
@@ -324,13 +334,21 @@ class ModelRunner:
         qsl = inputs.query_start_loc  # [num_reqs_padded + 1]
         return logits_and_prompt_logprobs(hidden, qsl, self.model.compute_logits, sched, spans)
 
+    def _graph_copies_inputs(self, mode: CUDAGraphMode) -> bool:
+        return mode is CUDAGraphMode.FULL and self.full_graphs_copy_inputs
+
     def _forward_context(
         self,
         common: CommonAttentionMetadata,
         mode: CUDAGraphMode,
         key: BatchDescriptor | None,
         capturing: bool = False,
+        step: StepInputs | None = None,
     ) -> ForwardContext:
+        """step: the step run; a FULL capture records its input copy."""
+        copy_inputs = None
+        if capturing and step is not None and self._graph_copies_inputs(mode):
+            copy_inputs = functools.partial(self.buffers.copy_to_device, step)
         return ForwardContext(
             attn_metadata=common,
             kv_caches=self.kv_caches,
@@ -338,6 +356,7 @@ class ModelRunner:
             runtime_mode=mode,
             batch_descriptor=key,
             capturing=capturing,
+            copy_inputs=copy_inputs,
         )
 
     def sample(
