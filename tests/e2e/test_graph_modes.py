@@ -1,5 +1,7 @@
 """FULL graphs (CPU recorder backend) agree with eager NONE, and the recorder catches a runner
-that forgets to copy new inputs into its static buffers."""
+that forgets to copy new inputs into its static buffers. On the CPU on every machine (device
+cpu): the recorder is what these tests are about, and on a GPU host each engine of the file
+would hold most of the device's memory (CUDA graphs: tests/gpu)."""
 
 from __future__ import annotations
 
@@ -38,7 +40,9 @@ def run(model, mode, splitting_ops=None, **kw):
     comp = {"cudagraph_mode": mode, "cudagraph_capture_sizes": SIZES}
     if splitting_ops is not None:
         comp["splitting_ops"] = splitting_ops
-    llm = LLM(model, max_model_len=256, multiprocess=False, compilation_config=comp, **kw)
+    llm = LLM(
+        model, max_model_len=256, multiprocess=False, compilation_config=comp, device="cpu", **kw
+    )
     prompts, params = workload()
     outs = llm.generate(prompts, params, use_tqdm=False)
     return [o.outputs[0].token_ids for o in outs], llm.engine.client.core.runner
@@ -182,6 +186,7 @@ def test_graphs_of_many_sizes_hold_about_one_sizes_memory(tiny_llama, mode):
         max_model_len=256,
         multiprocess=False,
         compilation_config={"cudagraph_mode": mode, "cudagraph_capture_sizes": sizes},
+        device="cpu",
     )
     prompts, params = workload()
     got = [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
