@@ -13,7 +13,8 @@
    for the host.
 4. Python: the same steps under cProfile: own time per step of the functions that take most
    (the C calls among them: graph launches, kernel launches, copies), and the FULL graph's
-   replay call alone (host time, and with the synchronize after it).
+   replay alone: the call's host time, the call with the synchronize after it, and the graph's
+   own GPU time with its launch hidden behind a sleeping stream.
 5. Host: the same steps under torch.profiler's CPU view: self time per step of each ATen op and
    CUDA runtime call (graph launches, kernel launches, copies), the largest first. What the
    list does not cover of the step's time is Python.
@@ -25,7 +26,9 @@
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
+import pstats
 import statistics
 import time
 from collections import defaultdict
@@ -168,9 +171,6 @@ def _timeline(core: EngineCore, sched: Any, iters: int = 200) -> dict[str, float
 def _python_profile(core: EngineCore, sched: Any, iters: int = 200) -> dict[str, Any]:
     """Own time per step of the 20 costliest functions (cProfile); for a FULL replay also the
     graph's replay call alone."""
-    import cProfile
-    import pstats
-
     runner = core.runner
     for _ in range(5):
         runner.execute_model(sched)
