@@ -175,7 +175,7 @@ class InputBuffers:
         v.query_start_loc[: num_reqs + 1] = range(num_reqs + 1)
         seq_lens = [c + 1 for c in computed]
         v.seq_lens[:num_reqs] = seq_lens
-        return self._pad_and_send(
+        return self._pad(
             layout, num_reqs, num_reqs, 1, max(seq_lens), not sched.same_step_kv, sched.same_step_kv
         )
 
@@ -236,7 +236,7 @@ class InputBuffers:
         seq_lens = computed + nst
         v.seq_lens[:num_reqs] = seq_lens
         uniform = bool((nst == 1).all()) and not same_step_kv
-        return self._pad_and_send(
+        return self._pad(
             layout,
             num_tokens,
             num_reqs,
@@ -246,7 +246,7 @@ class InputBuffers:
             same_step_kv,
         )
 
-    def _pad_and_send(
+    def _pad(
         self,
         layout: StepLayout,
         num_tokens: int,

@@ -284,7 +284,7 @@ class ModelRunner:
         step = self.buffers.prepare(sched, num_tokens_padded, num_reqs_padded, copy=copy)
         common = self.build_common_metadata(
             step,
-            full_graph=num_reqs_padded is not None,
+            full_graph=full,
             num_common_prefix_blocks=num_common_prefix_blocks,
         )
         return step, common
