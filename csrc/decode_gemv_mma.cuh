@@ -298,7 +298,11 @@ void launch_mma_nt(const GemvArgs<T>& a, cudaStream_t stream) {
 
 template <typename T, Epilogue E>
 void launch_gemv_mma(const GemvArgs<T>& a, cudaStream_t stream) {
-  const int m = a.num_tokens;
+  int m = a.num_tokens;
+  // VGRAPH_MMA_NT=1, 2 or 4 (comparisons only: what the column tiles cost apart from the tokens)
+  // launches at least that many; read at each launch, so a graph keeps what it was captured with.
+  const char* nt = std::getenv("VGRAPH_MMA_NT");
+  if (nt != nullptr && nt[0] != '\0') m = std::max(m, 8 * std::atoi(nt) - 7);
   if (m <= 8) return launch_mma_nt<T, 1, E>(a, stream);
   if (m <= 16) return launch_mma_nt<T, 2, E>(a, stream);
   launch_mma_nt<T, 4, E>(a, stream);
