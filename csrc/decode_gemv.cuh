@@ -50,6 +50,13 @@ struct Pack<c10::BFloat16> {
     const __nv_bfloat162 h = __float22bfloat162_rn(f);
     return *reinterpret_cast<const uint32_t*>(&h);
   }
+  // a * b per half, rounded once: the product of two bfloat16 is exact in float32, so this is
+  // pack(unpack(a) * unpack(b)) in one instruction.
+  static __device__ __forceinline__ uint32_t mul2(uint32_t a, uint32_t b) {
+    const __nv_bfloat162 h = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a),
+                                     *reinterpret_cast<const __nv_bfloat162*>(&b));
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
 };
 
 template <>
@@ -64,6 +71,11 @@ struct Pack<c10::Half> {
     const __half2 h = __float22half2_rn(f);
     return *reinterpret_cast<const uint32_t*>(&h);
   }
+  static __device__ __forceinline__ uint32_t mul2(uint32_t a, uint32_t b) {  // as bfloat16's
+    const __half2 h = __hmul2(*reinterpret_cast<const __half2*>(&a),
+                              *reinterpret_cast<const __half2*>(&b));
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
 };
 
 template <typename T>
@@ -71,6 +83,22 @@ __device__ __forceinline__ void unpack8(const uint4& v, float* f) {
   const float2 a = Pack<T>::unpack(v.x), b = Pack<T>::unpack(v.y);
   const float2 c = Pack<T>::unpack(v.z), d = Pack<T>::unpack(v.w);
   f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y, f[4] = c.x, f[5] = c.y, f[6] = d.x, f[7] = d.y;
+}
+
+// RMSNorm's values of 8 elements, packed: weight * (x * inv_rms).to(dtype), rounded (its rounding
+// points; the weight's product in the dtype's packed multiply, exact before its one rounding).
+template <typename T>
+__device__ __forceinline__ uint4 norm8(const uint4& x, const uint4& weight, float inv_rms) {
+  float f[8];
+  unpack8<T>(x, f);
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(&weight);
+  uint4 out;
+  uint32_t* o = reinterpret_cast<uint32_t*>(&out);
+#pragma unroll
+  for (int i = 0; i < 8; i += 2) {
+    o[i / 2] = Pack<T>::mul2(w[i / 2], Pack<T>::pack(make_float2(f[i] * inv_rms, f[i + 1] * inv_rms)));
+  }
+  return out;
 }
 
 template <typename T>
@@ -271,25 +299,17 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
       float wf[kRows][VEC];
 #pragma unroll
       for (int r = 0; r < kRows; ++r) unpack8<T>(w[r][v], wf[r]);
-      float nw[VEC];
+      uint4 nw = {};
       if constexpr (kNorm) {
-        const uint4* src = base == 0 ? &s_nw[v * nt + tid]
-                                     : reinterpret_cast<const uint4*>(a.norm_weight + k * VEC);
-        unpack8<T>(*src, nw);
+        nw = base == 0 ? s_nw[v * nt + tid] : *reinterpret_cast<const uint4*>(a.norm_weight + k * VEC);
       }
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
         if (m < m_count) {
           float xf[VEC];
-          unpack8<T>(*reinterpret_cast<const uint4*>(a.x + m * a.x_stride + k * VEC), xf);
-          if constexpr (kNorm) {  // weight * (x * inv_rms).to(dtype), rounded: RMSNorm's points
-#pragma unroll
-            for (int i = 0; i < VEC; i += 2) {
-              const float2 n = Pack<T>::round(make_float2(xf[i] * inv_rms[m], xf[i + 1] * inv_rms[m]));
-              const float2 y = Pack<T>::round(make_float2(nw[i] * n.x, nw[i + 1] * n.y));
-              xf[i] = y.x, xf[i + 1] = y.y;
-            }
-          }
+          uint4 xv = *reinterpret_cast<const uint4*>(a.x + m * a.x_stride + k * VEC);
+          if constexpr (kNorm) xv = norm8<T>(xv, nw, inv_rms[m]);
+          unpack8<T>(xv, xf);
 #pragma unroll
           for (int r = 0; r < kRows; ++r) {
 #pragma unroll

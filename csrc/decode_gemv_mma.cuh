@@ -16,7 +16,8 @@
 // `griddepcontrol.wait` (PDL: they stream while the previous kernel finishes); each chunk's slot is
 // refilled as soon as it is consumed. The norm prologue computes every token's 1 / rms once per CTA
 // (a warp per token) and normalizes the 16 values a lane feeds to the mma with RMSNorm's roundings.
-// Warps' partial tiles meet in shared memory; warp 0 adds them and writes the epilogue.
+// Warps' partial tiles meet in shared memory; 2 NT warps add them up (a token parity of a column
+// tile each) and write the epilogue.
 #pragma once
 
 namespace vgraph {
@@ -107,8 +108,8 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
     }
     cp_async_commit();
   }
-  EpiIn in;  // warp 0 writes the epilogue: lane (g, q) holds the rows of pair g
-  if (warp == 0) epi_before_wait<T, E>(a, 0, row0, row1, in);  // the bias; rope from s_epi
+  EpiIn in;  // warps 0 .. 2 NT - 1 write the epilogue: lane (g, q) holds the rows of pair g
+  if (warp < NT * 2) epi_before_wait<T, E>(a, 0, row0, row1, in);  // the bias; rope from s_epi
   if constexpr (E == Epilogue::kQkvRope) {
     for (int i = threadIdx.x; i < m_count * 8; i += blockDim.x) {
       EpiIn e;
@@ -198,17 +199,8 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
           uint4 xb = {0u, 0u, 0u, 0u};
           if (m < m_count) {
             xb = *reinterpret_cast<const uint4*>(a.x + m * a.x_stride + k + v * 32);
-            if constexpr (kNorm) {  // weight * (x * inv_rms).to(dtype), rounded: RMSNorm's points
-              float f[8], nw[8];
-              unpack8<T>(xb, f);
-              unpack8<T>(*reinterpret_cast<const uint4*>(s_nw + k + v * 32), nw);
-              uint32_t* w = reinterpret_cast<uint32_t*>(&xb);
-#pragma unroll
-              for (int i = 0; i < 8; i += 2) {
-                const float2 n =
-                    Pack<T>::round(make_float2(f[i] * inv_rms[nt], f[i + 1] * inv_rms[nt]));
-                w[i / 2] = Pack<T>::pack(make_float2(nw[i] * n.x, nw[i + 1] * n.y));
-              }
+            if constexpr (kNorm) {
+              xb = norm8<T>(xb, *reinterpret_cast<const uint4*>(s_nw + k + v * 32), inv_rms[nt]);
             }
           }
           Mma<T>::run(acc[nt], A0[v].x, A1[v].x, A0[v].y, A1[v].y, xb.x, xb.y);
@@ -232,28 +224,22 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
     for (int e = 0; e < 4; ++e) s_acc[(warp * NT * 4 + nt * 4 + e) * 32 + lane] = acc[nt][e];
   }
   __syncthreads();
-  if (warp != 0) return;
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float sum = 0.f;
-      for (int w = 0; w < num_warps; ++w) sum += s_acc[(w * NT * 4 + nt * 4 + e) * 32 + lane];
-      acc[nt][e] = sum;
-    }
-  }
 
-  // 6. Epilogue: lane (g, q) holds rows g, g + 8 of tokens 2q, 2q + 1 of each column tile.
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-    for (int t = 0; t < 2; ++t) {
-      const int m = nt * 8 + 2 * q + t;
-      if (m >= m_count) continue;
-      if constexpr (E == Epilogue::kQkvRope) in.c = s_epi[m][g].x, in.s = s_epi[m][g].y;
-      if constexpr (E == Epilogue::kAddResidual) in.r0 = s_epi[m][g].x, in.r1 = s_epi[m][g].y;
-      write_pair<T, E>(a, m, row0, row1, valid0, valid1, acc[nt][t], acc[nt][2 + t], in);
+  // 6. Epilogue, spread over the warps: warp p adds up the partials of token parity t = p % 2 of
+  // column tile p / 2 (values t and 2 + t of the mma tile: rows g, g + 8 of token 2q + t) and
+  // writes them, so the reduction's loads and the stores are not all one warp's.
+  for (int p = warp; p < NT * 2; p += num_warps) {
+    const int nt = p / 2, t = p % 2, m = nt * 8 + 2 * q + t;
+    if (nt * 8 >= m_count) break;  // this tile and the next are padding (warp-uniform)
+    float y0 = 0.f, y1 = 0.f;
+    for (int w = 0; w < num_warps; ++w) {
+      y0 += s_acc[(w * NT * 4 + nt * 4 + t) * 32 + lane];
+      y1 += s_acc[(w * NT * 4 + nt * 4 + 2 + t) * 32 + lane];
     }
+    if (m >= m_count) continue;
+    if constexpr (E == Epilogue::kQkvRope) in.c = s_epi[m][g].x, in.s = s_epi[m][g].y;
+    if constexpr (E == Epilogue::kAddResidual) in.r0 = s_epi[m][g].x, in.r1 = s_epi[m][g].y;
+    write_pair<T, E>(a, m, row0, row1, valid0, valid1, y0, y1, in);
   }
 }
 
