@@ -40,11 +40,6 @@ struct Pack<c10::BFloat16> {
   static __device__ __forceinline__ float2 unpack(uint32_t w) {
     return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
   }
-  // Round both to bfloat16 (nearest even, one cvt) and back to float.
-  static __device__ __forceinline__ float2 round(float2 f) {
-    const __nv_bfloat162 h = __float22bfloat162_rn(f);
-    return unpack(*reinterpret_cast<const uint32_t*>(&h));
-  }
   // Both rounded to bfloat16 (nearest even) and packed, the first in the low half.
   static __device__ __forceinline__ uint32_t pack(float2 f) {
     const __nv_bfloat162 h = __float22bfloat162_rn(f);
@@ -63,9 +58,6 @@ template <>
 struct Pack<c10::Half> {
   static __device__ __forceinline__ float2 unpack(uint32_t w) {
     return __half22float2(*reinterpret_cast<const __half2*>(&w));
-  }
-  static __device__ __forceinline__ float2 round(float2 f) {
-    return __half22float2(__float22half2_rn(f));
   }
   static __device__ __forceinline__ uint32_t pack(float2 f) {
     const __half2 h = __float22half2_rn(f);
@@ -96,7 +88,8 @@ __device__ __forceinline__ uint4 norm8(const uint4& x, const uint4& weight, floa
   uint32_t* o = reinterpret_cast<uint32_t*>(&out);
 #pragma unroll
   for (int i = 0; i < 8; i += 2) {
-    o[i / 2] = Pack<T>::mul2(w[i / 2], Pack<T>::pack(make_float2(f[i] * inv_rms, f[i + 1] * inv_rms)));
+    o[i / 2] =
+        Pack<T>::mul2(w[i / 2], Pack<T>::pack(make_float2(f[i] * inv_rms, f[i + 1] * inv_rms)));
   }
   return out;
 }
@@ -301,7 +294,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
       for (int r = 0; r < kRows; ++r) unpack8<T>(w[r][v], wf[r]);
       uint4 nw = {};
       if constexpr (kNorm) {
-        nw = base == 0 ? s_nw[v * nt + tid] : *reinterpret_cast<const uint4*>(a.norm_weight + k * VEC);
+        nw = base == 0 ? s_nw[v * nt + tid]
+                       : *reinterpret_cast<const uint4*>(a.norm_weight + k * VEC);
       }
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
