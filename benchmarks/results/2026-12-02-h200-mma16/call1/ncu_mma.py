@@ -15,16 +15,23 @@ from vgraph._ext import load_ext  # noqa: E402
 assert load_ext()
 
 CASES = [  # config, op, M, kernel, forced NT
-    ("SmolLM2-135M", "o", 8, "mma", ""), ("SmolLM2-135M", "o", 8, "mma", "2"),
+    ("SmolLM2-135M", "o", 8, "mma", ""),
+    ("SmolLM2-135M", "o", 8, "mma", "2"),
     ("SmolLM2-135M", "o", 16, "mma", ""),
-    ("SmolLM2-135M", "qkv", 8, "mma", ""), ("SmolLM2-135M", "qkv", 16, "mma", ""),
-    ("SmolLM2-135M", "gate_up", 8, "mma", ""), ("SmolLM2-135M", "gate_up", 8, "mma", "2"),
+    ("SmolLM2-135M", "qkv", 8, "mma", ""),
+    ("SmolLM2-135M", "qkv", 16, "mma", ""),
+    ("SmolLM2-135M", "gate_up", 8, "mma", ""),
+    ("SmolLM2-135M", "gate_up", 8, "mma", "2"),
     ("SmolLM2-135M", "gate_up", 16, "mma", ""),
-    ("SmolLM2-135M", "down", 8, "mma", ""), ("SmolLM2-135M", "down", 16, "mma", ""),
-    ("SmolLM2-135M", "o", 1, "cuda_core", ""), ("SmolLM2-135M", "gate_up", 1, "cuda_core", ""),
-    ("Llama-3.2-1B", "gate_up", 8, "mma", ""), ("Llama-3.2-1B", "gate_up", 8, "mma", "2"),
+    ("SmolLM2-135M", "down", 8, "mma", ""),
+    ("SmolLM2-135M", "down", 16, "mma", ""),
+    ("SmolLM2-135M", "o", 1, "cuda_core", ""),
+    ("SmolLM2-135M", "gate_up", 1, "cuda_core", ""),
+    ("Llama-3.2-1B", "gate_up", 8, "mma", ""),
+    ("Llama-3.2-1B", "gate_up", 8, "mma", "2"),
     ("Llama-3.2-1B", "gate_up", 16, "mma", ""),
-    ("Llama-3.2-1B", "down", 8, "mma", ""), ("Llama-3.2-1B", "down", 16, "mma", ""),
+    ("Llama-3.2-1B", "down", 8, "mma", ""),
+    ("Llama-3.2-1B", "down", 16, "mma", ""),
 ]
 
 models = {}
