@@ -31,8 +31,8 @@ class ForwardContext:
     batch_descriptor: BatchDescriptor | None = None  # chosen by the dispatcher
     attn_layers: dict[str, Attention] = field(default_factory=dict)  # layer name -> module
     capturing: bool = False  # graph wrappers may capture a missing key only while this is set
-    # FULL steps: the step's host-to-device input copy, which a FULL graph records as its first
-    # node (the runner then leaves it out of input preparation); None otherwise
+    # while a FULL graph is captured: the step's host-to-device input copy, which the graph
+    # records as its first node (replays then leave it out of input preparation); else None
     copy_inputs: Callable[[], None] | None = None
 
 
