@@ -7,6 +7,10 @@ Lifecycle (owned by the scheduler):
      (recompute: prompt + outputs so far are prefilled again when it resumes).
   4. FINISHED_*: blocks freed; the reason travels to the frontend (FINISHED_ERROR: this request
      alone failed inside a step; the engine core goes on with the others).
+With async scheduling a step is committed when it is launched: num_computed_tokens counts the
+positions whose KV the launched steps write, and num_pending_tokens the tokens they sample that
+the host has not seen yet (the next step reads them on the device); both a step's launch and its
+results are the scheduler's (commit_launch, complete).
 A request belongs to a group (the user request it was fanned out from: its n samples and, in the
 server, its prompts); the scheduler shares its sequence slots fairly between groups.
 """
@@ -64,6 +68,8 @@ class Request:
         self.status = RequestStatus.WAITING
         self.all_token_ids: list[int] = list(prompt_token_ids)  # prompt, then outputs
         self.num_computed_tokens = 0
+        self.num_pending_tokens = 0  # sampled by launched steps, not yet in all_token_ids
+        self.overlaps = not sampling_params.needs_host_tokens  # may run in overlapped steps
         self.num_cached_tokens = -1  # prompt tokens found in the prefix cache (-1: not admitted)
         self.num_preemptions = 0
         self.num_prompt_logprobs = 0  # prompt positions whose logprobs were reported

@@ -275,6 +275,24 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
             or self.repetition_penalty != 1.0
         )
 
+    @property
+    def needs_host_tokens(self) -> bool:
+        """Whether sampling a token needs the request's previous tokens on the host: its
+        processors read them (penalties, min_tokens and bad-word bans), its grammar accepts them,
+        or its step scores the prompt with a read-back. Such a request's steps never overlap
+        (async scheduling runs them synchronously); logit_bias and allowed lists ride with them
+        (their inputs go through the sampler's one pinned staging buffer)."""
+        return bool(
+            self.needs_penalties
+            or self.min_tokens > 0
+            or self.bad_words_token_ids
+            or self.bad_words
+            or self.logit_bias
+            or self.allowed_token_ids
+            or self.structured_outputs is not None
+            or self.prompt_logprobs is not None
+        )
+
     def check_vocab(self, vocab_size: int) -> None:
         """Every token id (and top-n count) these params carry must fit a vocabulary this size;
         out of it, a tensor index in the sampler would fail for the whole batch."""

@@ -398,3 +398,104 @@ def test_finish_requests_with_an_error_frees_blocks() -> None:
     results = s.update_from_output(out, [-1, TOKEN])  # a's placeholder result is skipped
     assert [(r.request_id, got) for r, got in results] == [("b", True)]
     assert s.finish_requests(["a"], RequestStatus.FINISHED_ERROR) == []  # once only
+
+
+# ---- async scheduling: steps committed at launch, tokens back a step later ---------------------
+
+
+def launch(s: Scheduler) -> tuple[SchedulerOutput, list[bool]]:
+    """Schedule a step and commit it, as the engine core does when it launches one."""
+    out = s.schedule()
+    return out, s.commit_launch(out)
+
+
+def test_a_committed_step_lets_the_next_decode_be_scheduled_before_its_token() -> None:
+    s = make_sched()
+    s.add_request(make_req("a", 20, max_tokens=10))
+    first, samples = launch(s)
+    req = first.requests[0]
+    assert samples == [True] and req.num_pending_tokens == 1 and req.num_computed_tokens == 20
+    second, samples2 = launch(s)  # the prefill's token is not back yet
+    assert plan(second) == [("a", 1)] and samples2 == [True]
+    assert req.num_computed_tokens == 21 and req.num_pending_tokens == 2
+    s.complete(first, samples, [TOKEN])
+    assert req.output_token_ids == [TOKEN] and req.num_pending_tokens == 1
+    # the second step's KV slot is allocated: 21 positions
+    assert len(s.kv.get_block_ids("a")) == 2
+
+
+def test_a_partial_prefill_chunk_samples_nothing() -> None:
+    s = make_sched(budget=16)
+    s.add_request(make_req("a", 40, max_tokens=4))
+    out, samples = launch(s)
+    assert plan(out) == [("a", 16)] and samples == [False]
+    assert out.requests[0].num_pending_tokens == 0
+    assert s.complete(out, samples, [TOKEN]) == [(out.requests[0], False)]
+    assert out.requests[0].num_tokens == 40
+
+
+def test_pending_tokens_that_reach_max_tokens_schedule_no_further_step() -> None:
+    s = make_sched()
+    s.add_request(make_req("a", 8, max_tokens=2, ignore_eos=True))
+    first, samples1 = launch(s)  # prefill: token 1 pending
+    second, samples2 = launch(s)  # decode: token 2 pending
+    assert plan(second) == [("a", 1)]
+    third = s.schedule()
+    assert third.is_empty()  # 0 outputs + 2 pending = max_tokens
+    s.complete(first, samples1, [TOKEN])
+    s.complete(second, samples2, [TOKEN])
+    req = second.requests[0]
+    assert req.status is RequestStatus.FINISHED_LENGTH and req.output_token_ids == [TOKEN] * 2
+    assert held_blocks(s) == 0 and s.num_sync_only == 0
+
+
+def test_a_stop_token_in_flight_drops_the_next_steps_token() -> None:
+    s = make_sched()
+    s.add_request(make_req("a", 8, max_tokens=10))
+    first, samples1 = launch(s)
+    second, samples2 = launch(s)  # launched before the first step's EOS is seen
+    assert s.complete(first, samples1, [EOS])[0][0].status is RequestStatus.FINISHED_STOPPED
+    assert s.complete(second, samples2, [TOKEN]) == []  # finished: its wasted token is dropped
+    assert second.requests[0].output_token_ids == [EOS] and held_blocks(s) == 0
+
+
+def test_a_request_preempted_with_a_pending_token_waits_for_it() -> None:
+    # 2 blocks of 16: a (16 prompt tokens) and b (16) fill the pool; a's first decode needs a
+    # third block, so b (the newest) is preempted while its prefill's token is in flight
+    s = make_sched(num_blocks=3, max_model_len=32)
+    s.add_request(make_req("a", 16, max_tokens=5))
+    s.add_request(make_req("b", 16, max_tokens=5))
+    first, samples1 = launch(s)
+    assert plan(first) == [("a", 16), ("b", 16)]
+    second, samples2 = launch(s)  # a's decode takes a block; b's decode finds none
+    assert ("a", 1) in plan(second)
+    b = first.requests[1]
+    assert b.status is RequestStatus.PREEMPTED, plan(second)
+    assert b.num_computed_tokens == 0 and b.num_pending_tokens == 1
+    s.commit_launch(second)
+    s.abort_requests(["a"])  # the pool is free again: only b's pending token holds it back
+    assert s.schedule().is_empty()
+    s.complete(first, samples1, [TOKEN, TOKEN])
+    assert b.num_pending_tokens == 0 and b.output_token_ids == [TOKEN]
+    assert plan(s.schedule()) == [("b", 17)]  # now it resumes: prompt and its output
+
+
+def test_update_from_output_is_commit_then_complete() -> None:
+    s = make_sched()
+    s.add_request(make_req("a", 5, max_tokens=3))
+    out = step(s)
+    req = out.requests[0]
+    assert req.num_computed_tokens == 5 and req.num_pending_tokens == 0
+    assert req.output_token_ids == [TOKEN]
+
+
+def test_requests_that_need_host_tokens_are_counted_until_they_end() -> None:
+    s = make_sched()
+    s.add_request(make_req("plain", 5, max_tokens=1))
+    s.add_request(make_req("penalised", 5, max_tokens=1, repetition_penalty=1.2))
+    s.add_request(make_req("banned", 5, max_tokens=3, min_tokens=2))
+    assert s.num_sync_only == 2
+    s.abort_requests(["banned"])
+    assert s.num_sync_only == 1
+    step(s)
+    assert s.num_sync_only == 0 and not s.has_unfinished_requests()

@@ -14,8 +14,13 @@ One `schedule()` call decides the next step:
      split into chunks across steps); a request admitted with prefix-cache hits starts with
      those whole blocks computed and schedules only the rest;
   3. the step is a list of (request, num_scheduled_tokens); decodes and prefill chunks mix freely.
-`update_from_output()` advances num_computed_tokens, appends sampled tokens and finishes requests.
-It does no I/O and knows nothing of tensors.
+`update_from_output()` advances num_computed_tokens, appends sampled tokens and finishes requests:
+`commit_launch()` (the progress) then `complete()` (the tokens). With async scheduling the engine
+core calls the two apart: it commits a step when it launches it and schedules the next one
+before the step's tokens are back; a request's pending token (num_pending_tokens) is then the
+next step's input (read on the device), a request whose pending tokens already reach max_tokens
+or max_model_len is not scheduled again, and a preempted request waits until its pending token
+is back. It does no I/O and knows nothing of tensors.
 """
 
 from __future__ import annotations
@@ -80,6 +85,7 @@ class Scheduler:
         self._finished_since_last_step: set[str] = set()
         self._same_step_kv = False  # of the step being scheduled (SchedulerOutput.same_step_kv)
         self.num_preemptions = 0
+        self.num_sync_only = 0  # unfinished requests whose steps may not overlap (Request.overlaps)
 
     # ---- admission ------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -87,6 +93,8 @@ class Scheduler:
             raise ValueError(f"request_id={request.request_id!r} is already in use")
         self.requests[request.request_id] = request
         self.waiting.append(request)
+        if not request.overlaps:
+            self.num_sync_only += 1
 
     def abort_requests(self, request_ids: list[str]) -> list[Request]:
         return self.finish_requests(request_ids, RequestStatus.FINISHED_ABORTED)
@@ -139,7 +147,10 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
-            num_new = min(req.num_tokens - req.num_computed_tokens, budget)
+            if req.num_pending_tokens and self._pending_tokens_end(req):
+                i += 1  # it finishes when its launched steps' tokens are back
+                continue
+            num_new = min(req.num_tokens + req.num_pending_tokens - req.num_computed_tokens, budget)
             assert num_new > 0, req
             while self.kv.allocate_slots(req, num_new) is None:
                 victim = self.running.pop()
@@ -175,6 +186,8 @@ class Scheduler:
         """Move a waiting request to running with a first chunk, if budget, seats and blocks
         allow; returns whether it was admitted (then its chunk is the last of `scheduled`)."""
         if budget <= 0 or len(self.running) >= self.config.max_num_seqs:
+            return False
+        if req.num_pending_tokens:  # preempted while a launched step samples its next token
             return False
         hit_blocks, num_hit = self.kv.get_computed_blocks(req)
         num_new = min(req.num_tokens - req.num_computed_tokens - num_hit, budget)
@@ -228,24 +241,53 @@ class Scheduler:
         self.num_preemptions += 1
         self.waiting.appendleft(req)
 
+    def _pending_tokens_end(self, req: Request) -> bool:
+        """Whether the tokens its launched steps sample bring the request to its end (max_tokens
+        or max_model_len): no further step is scheduled for it."""
+        max_tokens = req.sampling_params.max_tokens
+        n = req.num_pending_tokens
+        return (max_tokens is not None and req.num_output_tokens + n >= max_tokens) or (
+            req.num_tokens + n >= self.config.max_model_len
+        )
+
     # ---- results --------------------------------------------------------------------------
     def update_from_output(
         self, sched: SchedulerOutput, sampled_token_ids: list[int]
     ) -> list[tuple[Request, bool]]:
-        """Advance progress; returns (request, got_new_token) for each scheduled request.
+        """A step that ran: commit_launch, then complete with its tokens."""
+        return self.complete(sched, self.commit_launch(sched), sampled_token_ids)
 
-        A request whose step ended inside its prompt (a partial prefill chunk) gets no token.
-        """
-        results = []
-        for req, n, token in zip(sched.requests, sched.num_scheduled_tokens, sampled_token_ids):
+    def commit_launch(self, sched: SchedulerOutput) -> list[bool]:
+        """Advance the progress of a launched step; returns, per scheduled request, whether the
+        step samples a token for it (its chunk reaches its last token; a partial prefill chunk
+        does not). That token is pending until complete()."""
+        samples = []
+        for req, n in zip(sched.requests, sched.num_scheduled_tokens):
             if req.status.finished:  # aborted while the step ran
+                samples.append(False)
                 continue
             req.num_computed_tokens += n
-            got_token = req.num_computed_tokens == req.num_tokens
-            if got_token:
+            sampled = req.num_computed_tokens == req.num_tokens + req.num_pending_tokens
+            if sampled:
+                req.num_pending_tokens += 1
+            samples.append(sampled)
+        return samples
+
+    def complete(
+        self, sched: SchedulerOutput, samples: list[bool], sampled_token_ids: list[int]
+    ) -> list[tuple[Request, bool]]:
+        """A committed step's tokens are back: append them (in step order) and finish requests
+        that stop; returns (request, got_new_token) for each request of the step still
+        unfinished when the step began to complete."""
+        results = []
+        for req, sampled, token in zip(sched.requests, samples, sampled_token_ids):
+            if req.status.finished:  # aborted, or stopped by an earlier step's token
+                continue
+            if sampled:
+                req.num_pending_tokens -= 1
                 req.append_output_token(token)
                 self._check_stop(req, token)
-            results.append((req, got_token))
+            results.append((req, sampled))
         return results
 
     def _check_stop(self, req: Request, token: int) -> None:
@@ -265,6 +307,8 @@ class Scheduler:
 
     def _finish(self, req: Request, status: RequestStatus) -> None:
         req.status = status
+        if not req.overlaps:
+            self.num_sync_only -= 1
         if req in self.running:
             self.running.remove(req)
         else:
