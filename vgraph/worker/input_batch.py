@@ -117,11 +117,14 @@ class InputBuffers:
         num_tokens_padded: int | None = None,
         num_reqs_padded: int | None = None,
         copy: bool = True,
+        pending: bool = False,
     ) -> StepInputs:
         """Fill the buffers for one step (padded up to the given sizes) and copy them over
-        (copy=False: the caller's FULL graph does, copy_to_device being its first node)."""
+        (copy=False: the caller's FULL graph does, copy_to_device being its first node).
+        pending: some request's next token is not on the host yet (async scheduling): its id
+        is written 0, for the token feed to overwrite on the device (token_feed.py)."""
         if sched.requests and max(sched.num_scheduled_tokens) == 1:
-            step = self._fill_decode(sched, num_tokens_padded, num_reqs_padded)
+            step = self._fill_decode(sched, num_tokens_padded, num_reqs_padded, pending)
         else:
             step = self._fill_any(sched, num_tokens_padded, num_reqs_padded)
         if copy:
@@ -145,7 +148,10 @@ class InputBuffers:
         tokens = layout.np.input_ids
         off = 0
         for req, c, n in zip(sched.requests, computed.tolist(), nst.tolist()):
-            tokens[off : off + n] = req.all_token_ids[c : c + n]
+            known = req.all_token_ids[c : c + n]  # short by a pending token (async scheduling)
+            tokens[off : off + len(known)] = known
+            if len(known) < n:
+                tokens[off + len(known) : off + n] = 0
             off += n
         return self._fill(layout, nst, computed, sched.block_ids, sched.same_step_kv)
 
@@ -154,6 +160,7 @@ class InputBuffers:
         sched: SchedulerOutput,
         num_tokens_padded: int | None,
         num_reqs_padded: int | None,
+        pending: bool = False,
     ) -> StepInputs:
         """prepare() of a step where every request computes one token: the same buffer contents as
         _fill, from Python lists (a numpy call costs microseconds, and a decode step of a few
@@ -163,7 +170,12 @@ class InputBuffers:
         layout = self.layout(num_tokens_padded or num_reqs, num_reqs_padded or num_reqs)
         v = layout.np
         computed = [r.num_computed_tokens for r in reqs]  # = each token's position
-        v.input_ids[:num_reqs] = [r.all_token_ids[c] for r, c in zip(reqs, computed)]
+        if pending:  # a token not on the host yet is written 0 (prepare)
+            v.input_ids[:num_reqs] = [
+                r.all_token_ids[c] if c < r.num_tokens else 0 for r, c in zip(reqs, computed)
+            ]
+        else:
+            v.input_ids[:num_reqs] = [r.all_token_ids[c] for r, c in zip(reqs, computed)]
         v.positions[:num_reqs] = computed
         v.slot_mapping[:num_reqs] = [
             blocks[c // bs] * bs + c % bs for blocks, c in zip(sched.block_ids, computed)

@@ -11,8 +11,11 @@ called in this order by execute_model():
   4. sample: logits of each request's last token -> logits processors and Sampler, on the
      device, outside every graph (penalties, bias, bans, the structured-output bitmask;
      step_sampler.py)
-  5. to_host: one device-to-host copy of the sampled ids (and logprobs) -> ModelRunnerOutput
-     (runner_output.py)
+  5. to_host: one device-to-host copy of the sampled ids (and logprobs), issued without waiting
+     (a PendingOutput, runner_output.py): launch() returns it, execute_model() waits for it
+With async scheduling (SchedulerConfig.async_scheduling) the engine core launches a step before
+the previous one's tokens are back: a request's pending token is fed from the previous step's
+sampled ids on the device (token_feed.py), and FULL graphs leave the input copy to the host.
 With tensor parallelism every rank has a runner over its shards. Rank 0's (in the engine core)
 broadcasts each step's inputs and dispatch decision (a TPStep) after step 2; the workers run
 steps 2-3 from it (execute_broadcast_step) and never sample.
@@ -62,8 +65,9 @@ from vgraph.worker.prompt_logprobs import (
     logits_and_prompt_logprobs,
     prompt_logprob_spans,
 )
-from vgraph.worker.runner_output import ModelRunnerOutput, to_host
+from vgraph.worker.runner_output import ModelRunnerOutput, PendingOutput, start_to_host
 from vgraph.worker.step_sampler import BitmaskFn, StepSampler
+from vgraph.worker.token_feed import DeviceTokenFeed
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +109,14 @@ class ModelRunner:
         if cc.enable_cascade_attention and self.attention_backend.supports_cascade(self.device):
             self.cascade_rule = CascadeCostRule()
         self.graph_stats = GraphStats()
-        self.full_graphs_copy_inputs = type(self).full_graphs_copy_inputs
+        # async scheduling: pending tokens fed on the device (a FULL graph's own input copy
+        # would overwrite them, so the host copies)
+        self.token_feed: DeviceTokenFeed | None = None
+        if sc.async_scheduling:
+            self.token_feed = DeviceTokenFeed(self.max_num_reqs, self.device)
+        self.full_graphs_copy_inputs = (
+            type(self).full_graphs_copy_inputs and self.token_feed is None
+        )
         self.step_sampler = StepSampler(self.device)  # with what sampling keeps across steps
         self.model: torch.nn.Module | None = None
         self.model_fn: Callable[..., torch.Tensor] | None = None  # model, maybe piecewise
@@ -196,13 +207,21 @@ class ModelRunner:
             torch.cuda.empty_cache()
 
     # ---- one step ---------------------------------------------------------------------------
-    @torch.inference_mode()
     def execute_model(
         self, sched: SchedulerOutput, grammar_bitmask: BitmaskFn | None = None
     ) -> ModelRunnerOutput:
-        """grammar_bitmask: fills the step's structured-output bitmask (a host tensor, or None);
-        called once the forward is issued and the sampling inputs are built, so that the host
-        fills while the device computes the logits."""
+        """launch(), waited for."""
+        return self.launch(sched, grammar_bitmask).result()
+
+    @torch.inference_mode()
+    def launch(
+        self, sched: SchedulerOutput, grammar_bitmask: BitmaskFn | None = None
+    ) -> PendingOutput:
+        """Issue the step on the device and its tokens' copy to the host; waits for nothing the
+        step computes (but for prompt logprobs). grammar_bitmask: fills the step's
+        structured-output bitmask (a host tensor, or None); called once the forward is issued
+        and the sampling inputs are built, so that the host fills while the device computes the
+        logits."""
         for rid in sched.finished_req_ids:
             self.step_sampler.forget(rid)
         num_prefix_blocks = self.cascade_prefix_blocks(sched)
@@ -219,9 +238,9 @@ class ModelRunner:
         else:
             logits, prompt_lps = self.execute_forward(step, common, mode, key), {}
         out = self.sample(sched, step, logits, grammar_bitmask)
-        result = self.to_host(sched, out)
-        result.prompt_logprobs = prompt_lps
-        return result
+        if self.token_feed is not None:
+            self.token_feed.remember(sched.requests, out.token_ids)
+        return start_to_host(sched.requests, out, prompt_lps)
 
     def cascade_prefix_blocks(self, sched: SchedulerOutput) -> int:
         """Blocks of the prefix a uniform decode step attends as cascade (0: plain attention):
@@ -278,15 +297,26 @@ class ModelRunner:
         num_common_prefix_blocks: int = 0,
     ) -> tuple[StepInputs, CommonAttentionMetadata]:
         """num_reqs_padded is given for FULL replays only (the graph's request count); their
-        graph copies the inputs to the device itself."""
+        graph copies the inputs to the device itself (but with async scheduling). With async
+        scheduling, pending tokens are fed on the device, and every copy from the host's
+        staging is issued before this returns."""
         full = num_reqs_padded is not None
         copy = not (full and self._graph_copies_inputs(CUDAGraphMode.FULL))
-        step = self.buffers.prepare(sched, num_tokens_padded, num_reqs_padded, copy=copy)
+        feed = self.token_feed
+        if feed is not None:
+            feed.wait_for_copies()
+        step = self.buffers.prepare(
+            sched, num_tokens_padded, num_reqs_padded, copy=copy, pending=feed is not None
+        )
         common = self.build_common_metadata(
             step,
             full_graph=full,
             num_common_prefix_blocks=num_common_prefix_blocks,
         )
+        if feed is not None:
+            assert step.layout is not None and copy
+            feed.apply(sched.requests, step, step.layout.gpu.input_ids)
+            feed.record_copies()
         return step, common
 
     def build_common_metadata(
@@ -368,10 +398,6 @@ class ModelRunner:
     ) -> SamplerOutput:
         """The real requests' logits -> tokens, on the device (step_sampler.py)."""
         return self.step_sampler(sched.requests, logits[: step.num_reqs], grammar_bitmask)
-
-    def to_host(self, sched: SchedulerOutput, out: SamplerOutput) -> ModelRunnerOutput:
-        """The step's one device-to-host transfer (runner_output.py)."""
-        return to_host(sched.requests, out)
 
     # ---- graphs -----------------------------------------------------------------------------
     @torch.inference_mode()

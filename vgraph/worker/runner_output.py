@@ -1,6 +1,7 @@
-"""What one step of the model runner returns (ModelRunnerOutput), and to_host, the step's one
-device-to-host copy that fills it: the sampled ids, with the logprobs (when some request asked)
-packed beside them in one float64 tensor, unpacked per request on the host.
+"""What one step of the model runner returns (ModelRunnerOutput), and start_to_host, the step's
+one device-to-host copy that fills it (a PendingOutput until the copy is waited for): the sampled
+ids, with the logprobs (when some request asked) packed beside them in one float64 tensor,
+unpacked per request on the host.
 
 It only reads a SamplerOutput: it must not sample, and must not copy anything else to the host.
 """
@@ -24,21 +25,69 @@ class ModelRunnerOutput:
     prompt_logprobs: dict[int, list[TokenLogprobs]] = field(default_factory=dict)
 
 
-def to_host(requests: list[Request], out: SamplerOutput) -> ModelRunnerOutput:
-    """The step's one device-to-host transfer (logprobs packed beside the ids); requests: the
-    step's, in batch order (each keeps the top-n its SamplingParams.logprobs asks for)."""
+class PendingOutput:
+    """A launched step's output on its way to the host: the one device-to-host copy is issued
+    (non-blocking, into pinned memory on CUDA) when it is made, and result() waits for it and
+    unpacks it. Made by start_to_host; the step's one read-back."""
+
+    def __init__(
+        self,
+        requests: list[Request],
+        host: torch.Tensor,  # [R] int64 ids, or [R, 2 + 2 * (1 + n)] float64 packed logprobs
+        done: torch.cuda.Event | None,
+        prompt_logprobs: dict[int, list[TokenLogprobs]],
+    ) -> None:
+        self.requests = requests
+        self.host = host
+        self.done = done
+        self.prompt_logprobs = prompt_logprobs
+
+    def result(self) -> ModelRunnerOutput:
+        if self.done is not None:
+            self.done.synchronize()
+        if self.host.dim() == 1:
+            out = ModelRunnerOutput(self.host.tolist(), [None] * len(self.requests))
+        else:
+            out = unpack_logprobs(self.requests, self.host.tolist(), self.host.shape[1])
+        out.prompt_logprobs = self.prompt_logprobs
+        return out
+
+
+def start_to_host(
+    requests: list[Request],
+    out: SamplerOutput,
+    prompt_logprobs: dict[int, list[TokenLogprobs]] | None = None,
+) -> PendingOutput:
+    """Issue the step's one device-to-host transfer (logprobs packed beside the ids); requests:
+    the step's, in batch order (each keeps the top-n its SamplingParams.logprobs asks for)."""
     if out.logprobs is None:
-        return ModelRunnerOutput(out.token_ids.tolist(), [None] * len(requests))
-    # float64 holds token ids exactly, so one tensor carries everything
-    packed = (
-        torch.cat(
+        packed = out.token_ids
+    else:  # float64 holds token ids exactly, so one tensor carries everything
+        packed = torch.cat(
             [out.token_ids[:, None], out.ranks[:, None], out.logprob_token_ids, out.logprobs],
             1,
-        )
-        .double()
-        .tolist()
-    )  # [R, 2 + 2 * (1 + n)]: id, rank, 1 + n logprob ids, 1 + n logprobs
-    width = out.logprobs.shape[1]
+        ).double()  # [R, 2 + 2 * (1 + n)]: id, rank, 1 + n logprob ids, 1 + n logprobs
+    done = None
+    if packed.device.type == "cuda":
+        host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
+        host.copy_(packed, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+    else:
+        host = packed.clone()
+    return PendingOutput(requests, host, done, prompt_logprobs or {})
+
+
+def to_host(requests: list[Request], out: SamplerOutput) -> ModelRunnerOutput:
+    """start_to_host, waited for."""
+    return start_to_host(requests, out).result()
+
+
+def unpack_logprobs(
+    requests: list[Request], packed: list[list[float]], num_columns: int
+) -> ModelRunnerOutput:
+    """Rows of start_to_host's packed tensor -> ids and each request's TokenLogprobs."""
+    width = (num_columns - 2) // 2  # 1 + n: the sampled token and the top-n
     token_ids, entries = [], []
     for row, req in zip(packed, requests):
         token_ids.append(int(row[0]))
