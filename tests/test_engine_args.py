@@ -12,11 +12,12 @@ import logging
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.hub_cache import add_to_cache
 from vgraph.config import ATTENTION_OP, CUDAGraphMode
 from vgraph.config.compilation_keys import translate_vllm_keys
-from vgraph.engine.arg_utils import create_engine_config
+from vgraph.engine.arg_utils import create_engine_config, resolve_async_scheduling
 from vgraph.engine.engine_args import EngineArgs
 from vgraph.entrypoints.cli import make_parser
 from vgraph.entrypoints.cli_args import FrontendArgs, engine_args_from, expand_argv
@@ -48,6 +49,26 @@ def test_llm_keywords_are_the_engine_args() -> None:
     assert list(inspect.signature(LLM.__init__).parameters)[-1] == "kwargs"
     with pytest.raises(ValueError, match=r"unknown engine argument\(s\) \['max_num_seq'\]"):
         create_engine_config("SmolLM2-135M", max_num_seq=4)
+
+
+def test_async_scheduling_defaults_to_cuda_with_one_rank() -> None:
+    assert parse().async_scheduling is None
+    assert parse("--async-scheduling").async_scheduling is True
+    assert parse("--no-async-scheduling").async_scheduling is False
+    sched = create_engine_config("SmolLM2-135M", load_format="dummy").scheduler_config
+    assert sched.async_scheduling is False  # the CPU: nothing to overlap
+    on = create_engine_config("SmolLM2-135M", load_format="dummy", async_scheduling=True)
+    assert on.scheduler_config.async_scheduling is True
+    with pytest.raises(ValueError, match="async_scheduling=True is not supported with tensor"):
+        create_engine_config(
+            "SmolLM2-135M", load_format="dummy", async_scheduling=True, tensor_parallel_size=3
+        )
+    two = create_engine_config("SmolLM2-135M", load_format="dummy", tensor_parallel_size=3)
+    assert two.scheduler_config.async_scheduling is False
+    cuda = torch.device("cuda")  # the resolution alone: no device is touched
+    assert resolve_async_scheduling(EngineArgs(), cuda) is True
+    assert resolve_async_scheduling(EngineArgs(tensor_parallel_size=2), cuda) is False
+    assert resolve_async_scheduling(EngineArgs(async_scheduling=False), cuda) is False
 
 
 def test_positional_model_and_model_flag() -> None:
@@ -126,7 +147,6 @@ def test_vllm_compilation_keys(caplog: pytest.LogCaptureFixture) -> None:
     [
         ("kv_cache_dtype", "fp8", "kv_cache_dtype='fp8' is not supported"),
         ("enable_chunked_prefill", False, "enable_chunked_prefill=False is not supported"),
-        ("async_scheduling", True, "async_scheduling=True is not supported"),
         ("quantization", "awq", "quantization='awq' is not supported"),
         ("max_logprobs", 50, "max_logprobs=50 is not supported"),
     ],

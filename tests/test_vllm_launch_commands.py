@@ -90,7 +90,11 @@ COMMANDS: list[tuple[str, dict[str, Any] | str]] = [
         "pass_config is not supported",
     ),
     ("vllm serve Qwen/Qwen3-0.6B --kv-cache-dtype fp8", "kv_cache_dtype='fp8'"),
-    ("vllm serve Qwen/Qwen3-0.6B --async-scheduling", "async_scheduling"),
+    (
+        "vllm serve Qwen/Qwen3-0.6B --async-scheduling",
+        {"cfg.scheduler_config.async_scheduling": True},
+    ),
+    ("vllm serve meta-llama/Llama-2-70b-hf -tp 2 --async-scheduling", "async_scheduling=True"),
     ("vllm serve Qwen/Qwen3-0.6B --no-enable-chunked-prefill", "enable_chunked_prefill"),
     (
         "vllm serve Qwen/Qwen3-0.6B --enable-chunked-prefill --max-num-batched-tokens 2048 "

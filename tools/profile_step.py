@@ -77,6 +77,7 @@ def time_stages(args: argparse.Namespace, mode: str) -> tuple[dict, dict]:
         max_model_len=2048,
         attention_backend=args.attention_backend,
         compilation_config={"cudagraph_mode": mode},
+        async_scheduling=False,  # the stages of a step that does not overlap the next
     )
     core = EngineCore(config)
     b = StepBuilder(core)
@@ -255,6 +256,7 @@ def profile_kernels(args: argparse.Namespace) -> dict:
         max_model_len=2048,
         attention_backend=args.attention_backend,
         enforce_eager=True,
+        async_scheduling=False,
     )
     core = EngineCore(config)
     b = StepBuilder(core)

@@ -1,4 +1,6 @@
-"""Scheduling never changes greedy tokens: batching, chunked prefill and preemption by recompute.
+"""Scheduling never changes greedy tokens: batching, chunked prefill and preemption by recompute,
+with synchronous and with async scheduling (steps launched before the previous step's tokens
+are back: a preemption may then find a request's token in flight).
 
 Every constrained run is compared with one unconstrained run of the same tiny Llama (whose
 greedy tokens test_offline_hf_parity ties to transformers). The engine core runs in-process so the
@@ -42,6 +44,12 @@ def token_ids(
 @pytest.fixture(scope="module")
 def folder(tiny_checkpoint) -> Path:
     return tiny_checkpoint("llama")
+
+
+@pytest.fixture(params=[False, True], ids=["sync", "async"])
+def overlap(request) -> bool:
+    """async_scheduling of the constrained engine."""
+    return request.param
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +107,9 @@ def test_chunked_prefill_matches_unconstrained(
     prompts: list[list[int]],
     reference: list[list[int]],
     monkeypatch: pytest.MonkeyPatch,
+    overlap: bool,
 ) -> None:
-    llm = make_llm(folder, max_num_batched_tokens=16)
+    llm = make_llm(folder, max_num_batched_tokens=16, async_scheduling=overlap)
     log = StepLog(scheduler_of(llm), monkeypatch)
     assert token_ids(llm, prompts) == reference
 
@@ -123,10 +132,15 @@ def test_preemption_matches_unconstrained(
     reference: list[list[int]],
     monkeypatch: pytest.MonkeyPatch,
     caching: bool,
+    overlap: bool,
 ) -> None:
     # 12 blocks = 192 tokens: the longest request (100 + 32) fits alone, the batch (~780) never
     llm = make_llm(
-        folder, num_gpu_blocks_override=12, max_model_len=192, enable_prefix_caching=caching
+        folder,
+        num_gpu_blocks_override=12,
+        max_model_len=192,
+        enable_prefix_caching=caching,
+        async_scheduling=overlap,
     )
     sched = scheduler_of(llm)
     log = StepLog(sched, monkeypatch)
@@ -146,9 +160,15 @@ def test_preemption_matches_unconstrained(
 
 
 def test_chunked_prefill_with_preemption_matches_unconstrained(
-    folder: Path, prompts: list[list[int]], reference: list[list[int]]
+    folder: Path, prompts: list[list[int]], reference: list[list[int]], overlap: bool
 ) -> None:
-    llm = make_llm(folder, max_num_batched_tokens=16, num_gpu_blocks_override=12, max_model_len=192)
+    llm = make_llm(
+        folder,
+        max_num_batched_tokens=16,
+        num_gpu_blocks_override=12,
+        max_model_len=192,
+        async_scheduling=overlap,
+    )
     assert token_ids(llm, prompts) == reference
     assert scheduler_of(llm).num_preemptions > 0
 
@@ -158,8 +178,9 @@ def test_max_num_seqs_matches_unconstrained(
     prompts: list[list[int]],
     reference: list[list[int]],
     monkeypatch: pytest.MonkeyPatch,
+    overlap: bool,
 ) -> None:
-    llm = make_llm(folder, max_num_seqs=3)
+    llm = make_llm(folder, max_num_seqs=3, async_scheduling=overlap)
     log = StepLog(scheduler_of(llm), monkeypatch)
     assert token_ids(llm, prompts) == reference
     assert max(len(step) for step in log.steps) == 3

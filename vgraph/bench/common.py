@@ -39,7 +39,10 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 
 
 def engine_config(args: argparse.Namespace, **kwargs: Any) -> VGraphConfig:
-    """The config of one benchmark engine: add_engine_args' values, BLOCK_SIZE, and kwargs."""
+    """The config of one benchmark engine: add_engine_args' values, BLOCK_SIZE, and kwargs.
+    Synchronous scheduling unless kwargs say otherwise: these benchmarks time steps one by one
+    (ModelRunner.execute_model), the path of a step that does not overlap the next."""
+    kwargs.setdefault("async_scheduling", False)
     return create_engine_config(
         args.model,
         load_format=args.load_format,

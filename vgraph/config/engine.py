@@ -106,11 +106,14 @@ class CacheConfig:
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    """Token budget per step and the batch limits; chunked prefill is always on."""
+    """Token budget per step and the batch limits; chunked prefill is always on.
+    async_scheduling: the engine core schedules and launches step N + 1 while step N runs on the
+    device, its decodes reading step N's tokens on the device (vgraph/engine/core.py)."""
 
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     max_model_len: int = 8192
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):

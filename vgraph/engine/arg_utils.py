@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import torch
+
 from vgraph.attention.cascade import CASCADE_DEFAULT
 from vgraph.attention.selector import get_backend_cls, resolve_backend_name
 from vgraph.config import (
@@ -81,6 +83,7 @@ def build_engine_config(args: EngineArgs) -> VGraphConfig:
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
         max_model_len=max_model_len,
+        async_scheduling=resolve_async_scheduling(args, dev),
     )
     parallel_config = ParallelConfig(args.tensor_parallel_size)
     parallel_config.check_model(hf_config, dev)
@@ -114,6 +117,21 @@ def build_engine_config(args: EngineArgs) -> VGraphConfig:
         device=dev,
         attention_backend=backend,
     )
+
+
+def resolve_async_scheduling(args: EngineArgs, device: torch.device) -> bool:
+    """None (the default): on where it pays and works, CUDA with one rank (on the CPU the host
+    computes every step itself: there is nothing to overlap)."""
+    tp = args.tensor_parallel_size
+    if args.async_scheduling is None:
+        return device.type == "cuda" and tp == 1
+    if args.async_scheduling and tp > 1:
+        raise ValueError(
+            f"async_scheduling=True is not supported with tensor_parallel_size={tp}: the worker "
+            f"ranks take each step's token ids from rank 0's host; use tensor_parallel_size=1 "
+            f"or leave async_scheduling off"
+        )
+    return args.async_scheduling
 
 
 def create_engine_config(model: str | None = None, **kwargs: Any) -> VGraphConfig:

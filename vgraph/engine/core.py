@@ -4,6 +4,12 @@ No I/O here: requests come in through add_request/abort_requests, outputs leave 
 value of step(). core_proc.py wraps it in a process with sockets; the in-process client calls it
 directly.
 
+With async scheduling (SchedulerConfig.async_scheduling) the steps are pipelined two deep: step()
+schedules, launches and commits step N + 1, then waits for step N's tokens and returns step N's
+outputs, so the host's work overlaps the device's (docs/architecture.md, "Async scheduling").
+While a request that needs its tokens on the host to sample is unfinished (Request.overlaps is
+False: penalties, bans, structured outputs...), steps run synchronously again.
+
 No single request's data may take the engine down:
   1. add_request re-checks everything the frontend checked (prompt ids, every token id in the
      sampling params, EOS ids) and refuses a bad request with a ValueError;
@@ -40,7 +46,7 @@ from vgraph.engine.protocol import (
 from vgraph.request import Request, RequestStatus
 from vgraph.structured_output.manager import StructuredOutputManager
 from vgraph.worker.model_runner import ModelRunner
-from vgraph.worker.runner_output import ModelRunnerOutput
+from vgraph.worker.runner_output import ModelRunnerOutput, PendingOutput
 from vgraph.worker.step_sampler import BitmaskFn
 
 if TYPE_CHECKING:
@@ -80,6 +86,9 @@ class EngineCore:
             self.stop_workers()
             raise
         self.num_steps = 0
+        self.async_scheduling = config.scheduler_config.async_scheduling
+        # the launched step whose tokens are not back yet: (step, samples, its pending output)
+        self.in_flight: tuple[SchedulerOutput, list[bool], PendingOutput] | None = None
         self.structured: StructuredOutputManager | None = None  # made on first use
         self.waiting_for_grammar: list[Request] = []
         logger.info("engine core ready in %.1f s", time.perf_counter() - t0)
@@ -142,7 +151,11 @@ class EngineCore:
                 self.structured.forget(rid)
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished_requests() or bool(self.waiting_for_grammar)
+        return (
+            self.scheduler.has_unfinished_requests()
+            or bool(self.waiting_for_grammar)
+            or self.in_flight is not None
+        )
 
     def admit_compiled(self) -> list[EngineCoreOutput]:
         """Move requests whose grammar is ready into the scheduler; errors for those that failed.
@@ -167,28 +180,96 @@ class EngineCore:
 
     # ---- one step ---------------------------------------------------------------------------
     def step(self) -> EngineCoreOutputs:
+        """One step: schedule, execute, update. With async scheduling (and while every request
+        may overlap), the step scheduled here is launched before the previous one's tokens are
+        back, and the outputs returned are the previous step's: the host schedules, prepares and
+        launches while the device still computes."""
         if self.workers is not None:
             self.workers.check_alive()
         outputs = self.admit_compiled()
+        if not self.overlaps_now():
+            if self.in_flight is not None:  # its tokens first: this step is scheduled on them
+                outputs += self.complete(*self.in_flight)
+                self.in_flight = None
+            sched = self.scheduler.schedule()
+            if not sched.is_empty():
+                outputs += self.execute_sync(sched)
+            return self.outputs_of(outputs)
         sched = self.scheduler.schedule()
-        if sched.is_empty():
-            return EngineCoreOutputs(
-                outputs=outputs, scheduler_stats=self.stats(), timestamp=time.monotonic()
-            )
-        now = time.monotonic()
-        for req in sched.requests:
-            if req.scheduled_time is None:  # for the queue-time metric, sent with its 1st token
-                req.scheduled_time = now
+        launched = None
+        if not sched.is_empty():
+            launched = self.launch(sched, outputs)
+        previous, self.in_flight = self.in_flight, launched
+        if previous is not None:
+            outputs += self.complete(*previous)
+        return self.outputs_of(outputs)
+
+    def overlaps_now(self) -> bool:
+        """Whether this step may launch before the previous one's tokens are back: async
+        scheduling is on and no unfinished request needs its tokens on the host to sample."""
+        return (
+            self.async_scheduling
+            and self.scheduler.num_sync_only == 0
+            and not self.waiting_for_grammar
+        )
+
+    def launch(
+        self, sched: SchedulerOutput, outputs: list[EngineCoreOutput]
+    ) -> tuple[SchedulerOutput, list[bool], PendingOutput] | None:
+        """Launch an overlapped step and commit it; None if the launch raised, after the step in
+        flight completed and this one ran synchronously, one request at a time where it must
+        (its outputs and the previous step's are added to outputs)."""
+        self.mark_scheduled(sched)
+        try:
+            pending = self.runner.launch(sched)
+        except Exception:
+            logger.exception("launching a step of %d request(s) failed", len(sched.requests))
+            if self.in_flight is not None:  # the step's pending tokens come back first
+                outputs += self.complete(*self.in_flight)
+                self.in_flight = None
+            outputs += self.execute_sync(sched)
+            return None
+        return sched, self.scheduler.commit_launch(sched), pending
+
+    def complete(
+        self, sched: SchedulerOutput, samples: list[bool], pending: PendingOutput
+    ) -> list[EngineCoreOutput]:
+        """Wait for a launched step's tokens and hand them to the scheduler."""
+        runner_out = pending.result()
+        self.num_steps += 1
+        updates = self.scheduler.complete(sched, samples, runner_out.sampled_token_ids)
+        return self.request_outputs(sched, runner_out, updates)
+
+    def execute_sync(self, sched: SchedulerOutput) -> list[EngineCoreOutput]:
+        """Run a step to its end (failing requests isolated) and update the scheduler."""
+        self.mark_scheduled(sched)
         bitmask_fn = None  # filled by the runner while the device computes the logits
         if self.structured is not None and self.structured.matchers:
             bitmask_fn = functools.partial(self.grammar_bitmask, sched)
         runner_out, failed = self.execute_isolated(sched, bitmask_fn)
         self.num_steps += 1
-        outputs += [
+        outputs = [
             EngineCoreOutput(req.request_id, [], finish_reason="error", error=req.error)
             for req in failed
         ]
         updates = self.scheduler.update_from_output(sched, runner_out.sampled_token_ids)
+        return outputs + self.request_outputs(sched, runner_out, updates)
+
+    @staticmethod
+    def mark_scheduled(sched: SchedulerOutput) -> None:
+        now = time.monotonic()
+        for req in sched.requests:
+            if req.scheduled_time is None:  # for the queue-time metric, sent with its 1st token
+                req.scheduled_time = now
+
+    def request_outputs(
+        self,
+        sched: SchedulerOutput,
+        runner_out: ModelRunnerOutput,
+        updates: list[tuple[Request, bool]],
+    ) -> list[EngineCoreOutput]:
+        """The step's new tokens (and scored prompt chunks) per request, as they go out."""
+        outputs = []
         logprobs_of = {req.request_id: lp for req, lp in zip(sched.requests, runner_out.logprobs)}
         prompt_lps_of = {
             sched.requests[row].request_id: lps for row, lps in runner_out.prompt_logprobs.items()
@@ -222,8 +303,11 @@ class EngineCore:
                     new_prompt_logprobs=prompt_lps,
                 )
             )
+        return outputs
+
+    def outputs_of(self, outputs: list[EngineCoreOutput]) -> EngineCoreOutputs:
         with_graph_stats = (
-            self.num_steps % GRAPH_STATS_EVERY == 0 or not self.scheduler.has_unfinished_requests()
+            self.num_steps % GRAPH_STATS_EVERY == 0 or not self.has_unfinished_requests()
         )
         return EngineCoreOutputs(
             outputs=outputs,

@@ -78,7 +78,14 @@ class EngineArgs:
         "vgraph always chunks prefills; --no-enable-chunked-prefill is an error",
         negatable=True,
     )
-    async_scheduling: bool = arg(False, "not supported: vgraph schedules each step synchronously")
+    async_scheduling: bool | None = arg(
+        None,
+        "schedule and launch each step while the previous one runs on the device, feeding it "
+        "that step's tokens there (default: on with CUDA and tensor_parallel_size 1); steps run "
+        "synchronously while a request has penalties, min_tokens, bad words, logit_bias, "
+        "allowed_token_ids, structured outputs or prompt_logprobs",
+        negatable=True,
+    )
     enable_prefix_caching: bool = arg(
         True, "reuse the KV of cached prompt prefixes across requests", negatable=True
     )
@@ -163,7 +170,6 @@ class EngineArgs:
             ("quantization", self.quantization is not None, "vgraph loads unquantized weights"),
             ("kv_cache_dtype", self.kv_cache_dtype != "auto", "the KV cache is in the model dtype"),
             ("enable_chunked_prefill", self.enable_chunked_prefill is False, "it is always on"),
-            ("async_scheduling", self.async_scheduling, "vgraph schedules steps synchronously"),
             ("max_logprobs", not 0 <= self.max_logprobs <= cap, f"use 0..{cap}"),
         ]
         for name, bad, why in problems:
