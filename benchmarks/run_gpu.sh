@@ -57,15 +57,17 @@ sweep() { step "sweep_$1" timeout "${SWEEP_TIMEOUT:-300}" python3 -m vgraph.benc
 # `vgraph serve` (engine core in its own process, the default mode: the script's in-process
 # setting does not reach it) driven by `vgraph bench serve` at concurrency 1: its median TPOT
 # against the batch-1 step of the latency benchmark is the engine's per-token overhead.
-serve() { local port=8011 log="$out/serve_$1.log"
+# SERVE_ARGS: more `vgraph serve` flags (e.g. --async-scheduling); SERVE_TAG: a suffix of the
+# result files' names.
+serve() { local port=8011 name="$1${SERVE_TAG:-}" log="$out/serve_$1${SERVE_TAG:-}.log"
   VGRAPH_ENABLE_MULTIPROCESSING=1 python3 -m vgraph.entrypoints.cli serve "$1" --load-format dummy --port $port \
-    --max-model-len 2048 >"$log" 2>&1 & local pid=$!
+    --max-model-len 2048 ${SERVE_ARGS:-} >"$log" 2>&1 & local pid=$!
   for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 1; done
-  step "serve_$1" timeout 180 python3 -m vgraph.entrypoints.cli bench serve \
+  step "serve_$name" timeout 180 python3 -m vgraph.entrypoints.cli bench serve \
     --base-url "http://127.0.0.1:$port" --num-prompts 20 --dataset-name random \
     --random-input-len 128 --random-output-len 256 --max-concurrency 1 \
     --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,99 \
-    --result-dir "$out" --result-filename "serve_$1.json"
+    --result-dir "$out" --result-filename "serve_$name.json"
   kill -TERM $pid; wait $pid; }
 
 # vLLM's offline benchmarks under their vLLM names and meanings (default engine arguments: the

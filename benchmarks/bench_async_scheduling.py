@@ -1,0 +1,148 @@
+"""The engine's decode step with and without async scheduling, in the engine core's own loop.
+
+Two in-process engine cores per model (`async_scheduling` off and on, the same graph mode and
+capture sizes) stay alive; for each batch size they run in turns, `--rounds` rounds: B requests
+of random prompts (greedy, ignore_eos, max_tokens = warm-up + timed steps) are added, stepped
+through their prefill and `--num-warmup` decode steps, then `--num-iters` calls of
+EngineCore.step() are timed one by one; the requests then run out. A step here is what the
+engine core's busy loop pays per generated token: schedule, prepare, launch (or replay), sample,
+the copy back and the scheduler's update; with async scheduling the next step is launched before
+the previous one's tokens are back, so a call's time is the device's step once the host keeps
+ahead of it. The prompt length puts the mean context of the timed steps at --context-len.
+Greedy tokens of both engines are compared (they must be equal). Prints a table (median ms per
+step, 10th / 90th percentiles) and writes JSON.
+
+    python benchmarks/bench_async_scheduling.py --models SmolLM2-135M Llama-3.2-1B \
+        --batch-sizes 1 4 8 16 --out /tmp/async.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from typing import Any
+
+import torch
+
+from vgraph.bench.common import BLOCK_SIZE, environment, p10_p90
+from vgraph.engine.arg_utils import create_engine_config
+from vgraph.engine.core import EngineCore
+from vgraph.engine.protocol import EngineCoreRequest
+from vgraph.sampling_params import SamplingParams
+from vgraph.utils import cdiv
+
+VARIANTS = {"sync": False, "async": True}
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", nargs="+", default=["SmolLM2-135M"])
+    p.add_argument("--load-format", default="dummy")
+    p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 4, 8, 16])
+    p.add_argument("--context-len", type=int, default=128, help="mean context of timed steps")
+    p.add_argument("--num-warmup", type=int, default=16)
+    p.add_argument("--num-iters", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--mode", default="FULL", help="cudagraph_mode of both engines")
+    p.add_argument(
+        "--capture-sizes", nargs="+", type=int, default=None, help="default: the engine's list"
+    )
+    p.add_argument("--out", default=None)
+    return p.parse_args()
+
+
+def start(model: str, async_scheduling: bool, args: argparse.Namespace) -> EngineCore:
+    steps = args.num_warmup + args.num_iters
+    per_req = cdiv(args.context_len + steps, BLOCK_SIZE) + 1
+    cc: dict[str, Any] = {"cudagraph_mode": args.mode}
+    if args.capture_sizes:
+        cc["cudagraph_capture_sizes"] = args.capture_sizes
+    config = create_engine_config(
+        model,
+        load_format=args.load_format,
+        block_size=BLOCK_SIZE,
+        max_num_seqs=max(max(args.batch_sizes), 8),
+        max_model_len=2 * (args.context_len + steps),
+        num_gpu_blocks_override=max(args.batch_sizes) * per_req + 8,
+        enable_prefix_caching=False,
+        compilation_config=cc,
+        async_scheduling=async_scheduling,
+    )
+    return EngineCore(config)
+
+
+def run_batch(
+    core: EngineCore, batch: int, args: argparse.Namespace, seed: int
+) -> tuple[list[float], list[int]]:
+    """ms of each timed step, and the first request's tokens."""
+    steps = args.num_warmup + args.num_iters
+    prompt_len = max(1, args.context_len - args.num_warmup - args.num_iters // 2)
+    vocab = core.config.model_config.vocab_size
+    gen = torch.Generator().manual_seed(seed)
+    params = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=steps + 4)
+    ids = [f"b{batch}-s{seed}-{i}" for i in range(batch)]
+    for rid in ids:
+        prompt = torch.randint(0, vocab, (prompt_len,), generator=gen).tolist()
+        core.add_request(EngineCoreRequest(rid, prompt, params, [], time.time()))
+    tokens: dict[str, list[int]] = {rid: [] for rid in ids}
+
+    def step() -> None:
+        for out in core.step().outputs:
+            tokens[out.request_id].extend(out.new_token_ids)
+
+    while min(len(t) for t in tokens.values()) < args.num_warmup:
+        step()
+    times = []
+    for _ in range(args.num_iters):
+        t0 = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - t0) * 1e3)
+    while core.has_unfinished_requests():
+        step()
+    return times, tokens[ids[0]]
+
+
+def main() -> None:
+    args = parse_args()
+    report: dict[str, Any] = {"environment": environment(), "args": vars(args), "models": {}}
+    rows = []
+    for model in args.models:
+        cores = {name: start(model, flag, args) for name, flag in VARIANTS.items()}
+        result: dict[str, Any] = {}
+        for batch in args.batch_sizes:
+            times: dict[str, list[float]] = {name: [] for name in cores}
+            first: dict[str, list[list[int]]] = {name: [] for name in cores}
+            for r in range(args.rounds):
+                for name, core in cores.items():
+                    t, toks = run_batch(core, batch, args, seed=r)
+                    times[name] += t
+                    first[name].append(toks)
+            entry = {
+                name: {
+                    "median_ms": statistics.median(t),
+                    "p10_p90_ms": p10_p90(t),
+                    "mean_ms": statistics.fmean(t),
+                }
+                for name, t in times.items()
+            }
+            entry["greedy_tokens_equal"] = first["sync"] == first["async"]
+            result[str(batch)] = entry
+            rows.append((model, batch, entry))
+        for core in cores.values():
+            core.shutdown()
+        report["models"][model] = result
+    print(f"{'model':<16} {'B':>3} {'sync ms':>9} {'async ms':>9} {'saved':>7}  tokens equal")
+    for model, batch, e in rows:
+        s, a = e["sync"]["median_ms"], e["async"]["median_ms"]
+        print(
+            f"{model:<16} {batch:>3} {s:>9.3f} {a:>9.3f} {s - a:>7.3f}  {e['greedy_tokens_equal']}"
+        )
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
