@@ -1,10 +1,15 @@
-"""Async scheduling on CUDA (bf16, dummy weights), the engine core in its own process: the same
-tokens as synchronous scheduling for the three shipped architectures on FULL graphs, and for the
-default model with the default graph mode and capture list (prompts of several lengths, so
-prefills and decodes mix and the batch shrinks as requests end; greedy and seeded sampling).
+"""Async scheduling on CUDA (bf16, dummy weights): the same tokens as synchronous scheduling for
+the three shipped architectures on FULL graphs (greedy and seeded sampling), and for the default
+model with the default graph mode and capture list, the engine core in its own process (greedy).
+Prompts of several lengths, so prefills and decodes mix and the batch shrinks as requests end.
 
 With ignore_eos and max_tokens every step holds the same requests in both engines (the async
-scheduler schedules no step past max_tokens), so the tokens must be equal, not just close."""
+scheduler schedules no step past max_tokens), so the tokens must be equal, not just close. That
+holds when every request is queued before the first step: in-process. With the engine core in
+its own process the requests of one generate() call may reach it over several steps, so the
+first steps' batches (and the bf16 logits' last bits) depend on timing; random weights make
+seeded samples flip on such bits (seen on the H200, 2026-12-02: one of two runs), not greedy
+tokens, so that test compares greedy tokens only."""
 
 from __future__ import annotations
 
@@ -22,7 +27,9 @@ pytestmark = [
 ]
 
 
-def generate(name: str, async_scheduling: bool, **kwargs) -> list[list[list[int]]]:
+def generate(
+    name: str, async_scheduling: bool, seeded: bool = True, **kwargs
+) -> list[list[list[int]]]:
     llm = LLM(
         name,
         load_format="dummy",
@@ -37,10 +44,11 @@ def generate(name: str, async_scheduling: bool, **kwargs) -> list[list[list[int]
         SamplingParams(temperature=0, max_tokens=m, ignore_eos=True)
         for m in (40, 3, 25, 60, 1, 17, 33)
     ]
-    seeded = SamplingParams(temperature=0.8, top_p=0.9, seed=5, max_tokens=20, ignore_eos=True)
+    sampled = SamplingParams(temperature=0.8, top_p=0.9, seed=5, max_tokens=20, ignore_eos=True)
     try:
         runs = [llm.generate(prompts, greedy, use_tqdm=False)]
-        runs.append(llm.generate(prompts, seeded, use_tqdm=False))
+        if seeded:
+            runs.append(llm.generate(prompts, sampled, use_tqdm=False))
         return [[o.outputs[0].token_ids for o in outs] for outs in runs]
     finally:
         llm.shutdown()
@@ -52,11 +60,12 @@ def generate(name: str, async_scheduling: bool, **kwargs) -> list[list[list[int]
 @pytest.mark.parametrize("name", ["SmolLM2-135M", "Llama-3.2-1B", "Qwen3-0.6B"])
 def test_async_equals_sync_on_full_graphs(name: str) -> None:
     cc = {"cudagraph_mode": "FULL", "cudagraph_capture_sizes": [1, 2, 4, 8, 16]}
-    sync = generate(name, False, compilation_config=cc)
-    assert generate(name, True, compilation_config=cc) == sync
+    sync = generate(name, False, multiprocess=False, compilation_config=cc)
+    assert generate(name, True, multiprocess=False, compilation_config=cc) == sync
     assert [len(t) for t in sync[0]] == [40, 3, 25, 60, 1, 17, 33]
 
 
 def test_async_equals_sync_default_model_default_graphs() -> None:
     """SmolLM2-135M, FULL_AND_PIECEWISE and the default capture list (the default engine)."""
-    assert generate("SmolLM2-135M", True) == generate("SmolLM2-135M", False)
+    sync = generate("SmolLM2-135M", False, seeded=False)
+    assert generate("SmolLM2-135M", True, seeded=False) == sync

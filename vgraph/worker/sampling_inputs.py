@@ -73,16 +73,17 @@ def build_sampling_metadata(
                 gen = torch.Generator(device=device).manual_seed(p.seed)
                 generators[req.request_id] = gen
             row_gens[i] = gen
-    # -1 (off) becomes a huge k so one comparison covers both cases
+    # -1 (off) becomes a huge k so one comparison covers both cases (exact in float32: a power
+    # of two, and k <= the vocabulary < 2**24)
     top_k = [min(p.top_k, _TOP_K_OFF) if p.top_k > 0 else _TOP_K_OFF for p in params]
-    host = torch.tensor(
-        [temperatures, [p.top_p for p in params], [p.min_p for p in params]],
-        dtype=torch.float32,
-    )
+    # pinned on CUDA: a copy from pageable memory may wait for the stream (the step in flight,
+    # with async scheduling); the caching host allocator keeps the block until the copy ran
+    host = torch.empty((4, len(params)), dtype=torch.float32, pin_memory=device.type == "cuda")
+    host.numpy()[:] = [temperatures, [p.top_p for p in params], [p.min_p for p in params], top_k]
     on_dev = host.to(device, non_blocking=True)
     return SamplingMetadata(
         temperature=on_dev[0],
-        top_k=torch.tensor(top_k, dtype=torch.int64).to(device, non_blocking=True),
+        top_k=on_dev[3].long(),
         top_p=on_dev[1],
         min_p=on_dev[2],
         generators=row_gens,
@@ -97,8 +98,10 @@ def build_sampling_metadata(
 
 class HostStaging:
     """A growable host int32 buffer, pinned on CUDA, that a step's processor inputs are packed into
-    and copied from in one non-blocking transfer. Every step ends by copying its sampled tokens to
-    the host, which waits for this copy, so the next step may overwrite the buffer."""
+    and copied from in one non-blocking transfer. Every step that uses it waits for its sampled
+    tokens on the host, which waits for this copy, so the next step may overwrite the buffer:
+    the requests whose rows have processor inputs never run in overlapped steps
+    (SamplingParams.needs_host_tokens)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
