@@ -53,12 +53,20 @@ class DeviceTokenFeed:
         """Write the pending token of each request that has one over its placeholder in the
         step's device input ids (its only token this step: the last of its query range)."""
         assert step.layout is not None
-        qsl = step.layout.np.query_start_loc
-        pairs = [
-            (int(qsl[i + 1]) - 1, self.rows[req.request_id])
-            for i, req in enumerate(requests)
-            if req.num_computed_tokens == req.num_tokens  # its next token is not on the host
-        ]
+        rows = self.rows
+        if step.max_query_len == 1:  # a token a request: request i's is token i
+            pairs = [
+                (i, rows[req.request_id])
+                for i, req in enumerate(requests)
+                if req.num_computed_tokens == req.num_tokens  # its next token is not on the host
+            ]
+        else:
+            qsl = step.layout.np.query_start_loc
+            pairs = [
+                (int(qsl[i + 1]) - 1, rows[req.request_id])
+                for i, req in enumerate(requests)
+                if req.num_computed_tokens == req.num_tokens
+            ]
         if not pairs:
             return
         k = len(pairs)
