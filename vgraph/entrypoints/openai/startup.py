@@ -51,7 +51,8 @@ def log_resolved_config(config: VGraphConfig, engine: AsyncLLM) -> None:
     logger.info(
         "resolved config: model %s (%s), dtype %s, max_model_len %d, device %s, attention "
         "backend %s, cudagraph_mode %s, %d capture sizes %s, piecewise compile %s (inductor "
-        "%s), KV cache %s blocks of %d tokens, max_num_seqs %d, max_num_batched_tokens %d",
+        "%s), KV cache %s blocks of %d tokens, max_num_seqs %d, max_num_batched_tokens %d, "
+        "async scheduling %s",
         mc.name,
         mc.model,
         str(mc.dtype).removeprefix("torch."),
@@ -67,4 +68,5 @@ def log_resolved_config(config: VGraphConfig, engine: AsyncLLM) -> None:
         config.cache_config.block_size,
         config.scheduler_config.max_num_seqs,
         config.scheduler_config.max_num_batched_tokens,
+        "on" if config.scheduler_config.async_scheduling else "off",
     )
