@@ -148,3 +148,46 @@ def test_penalty_tokens_kept_across_steps_follow_new_outputs() -> None:
     assert torch.allclose(got, reference_penalties(logits, reqs), atol=1e-5)
     cache.forget("0")
     assert torch.equal(processed(logits, reqs, penalty_tokens=cache), got)
+
+
+def test_a_pending_output_counts_as_if_it_were_on_the_host() -> None:
+    """Async scheduling: a request whose last output is still on the device (pending, in the
+    last step's sampled ids) gets the same processed logits as when that output is on the host:
+    penalties count it (its entry is filled on the device), min_tokens counts it (EOS is allowed
+    from the right token on), and bias and allowed lists are unchanged."""
+    from vgraph.worker.token_feed import DeviceTokenFeed
+
+    torch.manual_seed(2)
+    logits = torch.randn(6, VOCAB) * 3
+    eos = 9
+    params = [
+        SamplingParams(repetition_penalty=1.5),  # the prompt counts too
+        SamplingParams(frequency_penalty=0.9, presence_penalty=0.4),
+        SamplingParams(min_tokens=3),  # 2 outputs + the pending one: EOS allowed
+        SamplingParams(min_tokens=4),  # banned still
+        SamplingParams(logit_bias={5: 2.0}, allowed_token_ids=[5, 6, 11]),
+        SamplingParams(frequency_penalty=0.7),  # its output is on the host: nothing pending
+    ]
+    outputs = [[11, 12], [11, 11], [1, 2], [1, 2], [6, 6], [8, 8]]
+    pending = [11, 12, 13, 14, 15, None]  # the last output of each row, still on the device
+    on_host, async_view = [], []
+    for i, (p, out, tok) in enumerate(zip(params, outputs, pending)):
+        full = out + ([] if tok is None else [tok])
+        on_host.append(Request(str(i), [3, 4, 4, 7], p, frozenset({eos})))
+        async_view.append(Request(str(i), [3, 4, 4, 7], p, frozenset({eos})))
+        for t in full:
+            on_host[-1].append_output_token(t)
+        for t in out:
+            async_view[-1].append_output_token(t)
+        async_view[-1].num_pending_tokens = int(tok is not None)
+    feed = DeviceTokenFeed(8, CPU)
+    last_step = [Request(f"x{i}", [1], SamplingParams(), frozenset()) for i in range(2)]
+    rows = last_step + async_view  # this step's requests sat at rows 2.. of the last one
+    feed.remember(rows, torch.tensor([0, 0] + [t or 0 for t in pending]))
+    want = processed(logits, on_host)
+    got = processed(logits, async_view, feed=feed)
+    assert torch.equal(got, want)
+    assert torch.isfinite(got[2, eos]) and torch.isinf(got[3, eos])
+    other = DeviceTokenFeed(8, CPU)  # other ids in the last step's rows: other logits
+    other.remember(rows, torch.zeros(8, dtype=torch.int64))
+    assert not torch.equal(got, processed(logits, async_view, feed=other))

@@ -41,9 +41,11 @@ def complete(llm: LLM, prompt: str | list[int], params: SamplingParams) -> Compl
     return llm.generate(prompt, params, use_tqdm=False)[0].outputs[0]
 
 
-@pytest.fixture(scope="module")
-def llm(text_model_dir: Path) -> Iterator[LLM]:
-    llm = make_llm(text_model_dir)
+@pytest.fixture(scope="module", params=[False, True], ids=["sync", "async"])
+def llm(text_model_dir: Path, request: pytest.FixtureRequest) -> Iterator[LLM]:
+    """Every test runs with synchronous and with async scheduling (steps launched before the
+    previous step's tokens are back: stops, min_tokens and seeds must not notice)."""
+    llm = make_llm(text_model_dir, async_scheduling=request.param)
     yield llm
     llm.shutdown()
 

@@ -277,18 +277,14 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
 
     @property
     def needs_host_tokens(self) -> bool:
-        """Whether sampling a token needs the request's previous tokens on the host: its
-        processors read them (penalties, min_tokens and bad-word bans), its grammar accepts them,
-        or its step scores the prompt with a read-back. Such a request's steps never overlap
-        (async scheduling runs them synchronously); logit_bias and allowed lists ride with them
-        (their inputs go through the sampler's one pinned staging buffer)."""
+        """Whether sampling a token needs the request's previous tokens on the host: a bad word's
+        ban reads the last ones, a grammar accepts each before the next bitmask, a step that
+        scores the prompt reads back. Such a request's steps never overlap (async scheduling
+        runs them synchronously). Penalties count a pending output on the device and min_tokens
+        counts it on the host, so they overlap."""
         return bool(
-            self.needs_penalties
-            or self.min_tokens > 0
-            or self.bad_words_token_ids
+            self.bad_words_token_ids
             or self.bad_words
-            or self.logit_bias
-            or self.allowed_token_ids
             or self.structured_outputs is not None
             or self.prompt_logprobs is not None
         )

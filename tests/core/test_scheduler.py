@@ -491,10 +491,10 @@ def test_update_from_output_is_commit_then_complete() -> None:
 
 def test_requests_that_need_host_tokens_are_counted_until_they_end() -> None:
     s = make_sched()
-    s.add_request(make_req("plain", 5, max_tokens=1))
-    s.add_request(make_req("penalised", 5, max_tokens=1, repetition_penalty=1.2))
-    s.add_request(make_req("banned", 5, max_tokens=3, min_tokens=2))
-    assert s.num_sync_only == 2
+    s.add_request(make_req("penalised", 5, max_tokens=1, repetition_penalty=1.2, min_tokens=1))
+    s.add_request(make_req("scored", 5, max_tokens=1, prompt_logprobs=1))
+    s.add_request(make_req("banned", 5, max_tokens=3, bad_words_token_ids=[[4, 5]]))
+    assert s.num_sync_only == 2  # penalties and min_tokens overlap; a bad word and a read-back not
     s.abort_requests(["banned"])
     assert s.num_sync_only == 1
     step(s)

@@ -2,9 +2,10 @@
 tokens are back and feeds them to it on the device. The same tokens as synchronous scheduling
 for the built-in default model with the engine core in its own process (chat prompts that stop
 at EOS, so a request's last step is launched after its end; seeded sampling with logprobs); the
-steps really overlap (a launch before the previous step's result is read); requests that need
-their tokens on the host (penalties) make the steps synchronous while they run and still get
-the same tokens; an abort while a step is in flight; and `vgraph serve --async-scheduling`
+steps really overlap (a launch before the previous step's result is read); penalties,
+min_tokens, logit_bias and allowed lists overlap with the same tokens; a request that needs its
+tokens on the host (a bad word) makes the steps synchronous while it runs and the others still
+get the same tokens; an abort while a step is in flight; and `vgraph serve --async-scheduling`
 answers as the synchronous server does.
 """
 
@@ -125,14 +126,51 @@ def test_steps_overlap_and_requests_needing_host_tokens_run_synchronously(
         assert core.scheduler.kv.num_free_blocks == core.scheduler.kv.num_blocks
 
         log.events.clear()
-        penalised = SamplingParams(temperature=0.0, max_tokens=40, repetition_penalty=1.3)
-        mixed = llm.generate(prompts, [GREEDY] * 4 + [penalised], use_tqdm=False)
-        assert log.overlapped() == 0  # a request with penalties: every step waits for its tokens
+        banned = SamplingParams(temperature=0.0, max_tokens=40, bad_words=[" the"])
+        mixed = llm.generate(prompts, [GREEDY] * 4 + [banned], use_tqdm=False)
+        assert log.overlapped() == 0  # a bad word's ban reads the last tokens on the host
         assert [o.outputs[0].token_ids for o in mixed[:4]] == [
             o.token_ids for o in sync_outputs[0][:4]
         ]
     finally:
         llm.shutdown()
+
+
+PROCESSORS = [
+    SamplingParams(temperature=0.0, max_tokens=30, repetition_penalty=1.5),
+    SamplingParams(temperature=0.0, max_tokens=30, frequency_penalty=1.5, presence_penalty=0.5),
+    SamplingParams(temperature=0.0, max_tokens=30, min_tokens=24),  # EOS banned for 24 tokens
+    SamplingParams(temperature=0.0, max_tokens=30, logit_bias={13: 5.0}),
+    SamplingParams(temperature=0.7, seed=3, max_tokens=30, allowed_token_ids=list(range(300))),
+]
+
+
+def processor_tokens(async_scheduling: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[list, int]:
+    llm = LLM(
+        ensure_default_model(),
+        max_model_len=1024,
+        async_scheduling=async_scheduling,
+        multiprocess=False,
+    )
+    try:
+        log = LaunchLog(llm.engine.client.core, monkeypatch)
+        outs = llm.generate(chats(llm), PROCESSORS, use_tqdm=False)
+        return [o.outputs[0].token_ids for o in outs], log.overlapped()
+    finally:
+        llm.shutdown()
+
+
+def test_penalties_bans_bias_and_allowed_lists_overlap_with_the_same_tokens(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The engine-level check: such requests' steps overlap and give the synchronous tokens
+    (tests/test_logits_processors.py checks the pending output's count itself)."""
+    sync, sync_overlapped = processor_tokens(False, monkeypatch)
+    got, overlapped = processor_tokens(True, monkeypatch)
+    assert sync_overlapped == 0 and overlapped >= 20
+    assert got == sync
+    assert len(got[2]) >= 24
+    assert all(t < 300 for t in got[4])
 
 
 def test_abort_while_a_step_is_in_flight(tiny_checkpoint) -> None:

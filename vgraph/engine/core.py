@@ -8,7 +8,7 @@ With async scheduling (SchedulerConfig.async_scheduling) the steps are pipelined
 schedules, launches and commits step N + 1, then waits for step N's tokens and returns step N's
 outputs, so the host's work overlaps the device's (docs/architecture.md, "Async scheduling").
 While a request that needs its tokens on the host to sample is unfinished (Request.overlaps is
-False: penalties, bans, structured outputs...), steps run synchronously again.
+False: bad words, structured outputs, prompt_logprobs), steps run synchronously again.
 
 No single request's data may take the engine down:
   1. add_request re-checks everything the frontend checked (prompt ids, every token id in the

@@ -82,8 +82,7 @@ class EngineArgs:
         None,
         "schedule and launch each step while the previous one runs on the device, feeding it "
         "that step's tokens there (default: on with CUDA and tensor_parallel_size 1); steps run "
-        "synchronously while a request has penalties, min_tokens, bad words, logit_bias, "
-        "allowed_token_ids, structured outputs or prompt_logprobs",
+        "synchronously while a request has bad words, structured outputs or prompt_logprobs",
         negatable=True,
     )
     enable_prefix_caching: bool = arg(

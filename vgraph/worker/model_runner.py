@@ -118,6 +118,7 @@ class ModelRunner:
             type(self).full_graphs_copy_inputs and self.token_feed is None
         )
         self.step_sampler = StepSampler(self.device)  # with what sampling keeps across steps
+        self.step_sampler.token_feed = self.token_feed
         self.model: torch.nn.Module | None = None
         self.model_fn: Callable[..., torch.Tensor] | None = None  # model, maybe piecewise
         self.logits_fn: Callable[..., torch.Tensor] | None = None  # + LM head, maybe FULL graph

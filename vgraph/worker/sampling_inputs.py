@@ -25,6 +25,7 @@ from vgraph.sample.logits_processors import (
 )
 from vgraph.sample.sampler import SamplingMetadata
 from vgraph.sampling_params import SAMPLING_EPS, SamplingParams
+from vgraph.worker.token_feed import DeviceTokenFeed
 
 _TOP_K_OFF = 1 << 30  # larger than any vocabulary: no row is cut
 
@@ -37,6 +38,7 @@ def build_sampling_metadata(
     staging: HostStaging | None = None,  # the runner's; a new one when not given
     bitmask_follows: bool = False,  # a bitmask joins the processors later (may stay None)
     penalty_tokens: PenaltyTokens | None = None,  # the runner's; a new one when not given
+    feed: DeviceTokenFeed | None = None,  # async scheduling: the last step's sampled ids
 ) -> SamplingMetadata:
     """generators: request id -> its seeded generator, created here on first sight."""
     params = [r.sampling_params for r in requests]
@@ -49,6 +51,7 @@ def build_sampling_metadata(
         staging,
         bitmask_follows or grammar_bitmask is not None,
         penalty_tokens or PenaltyTokens(),
+        feed,
     )
     temperatures = [p.temperature if p.temperature >= SAMPLING_EPS else 0.0 for p in params]
     if all(t == 0.0 for t in temperatures):  # argmax only: no per-row tensors to copy
@@ -97,27 +100,37 @@ def build_sampling_metadata(
 
 
 class HostStaging:
-    """A growable host int32 buffer, pinned on CUDA, that a step's processor inputs are packed into
-    and copied from in one non-blocking transfer. Every step that uses it waits for its sampled
-    tokens on the host, which waits for this copy, so the next step may overwrite the buffer:
-    the requests whose rows have processor inputs never run in overlapped steps
-    (SamplingParams.needs_host_tokens)."""
+    """Two growable host int32 buffers, pinned on CUDA, that the steps' processor inputs are
+    packed into, in turn, and copied from in one non-blocking transfer each. Steps overlap with
+    async scheduling: a buffer is rewritten two steps after its copy, once the event recorded
+    after that copy has fired (by then it always has: the step before last has completed)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.pin = device.type == "cuda"
-        self.host = torch.empty(0, dtype=torch.int32)
+        self.hosts = [torch.empty(0, dtype=torch.int32) for _ in range(2)]
+        self.copied: list[torch.cuda.Event | None] = [None, None]
+        self.turn = 0
 
     def to_device(self, parts: list[np.ndarray]) -> torch.Tensor:
         """The int32 arrays, concatenated, as one device tensor."""
         n = sum(len(part) for part in parts)
-        if self.host.numel() < n:
-            size = max(n, 2 * self.host.numel(), 4096)
-            self.host = torch.empty(size, dtype=torch.int32, pin_memory=self.pin)
-        np.concatenate(parts, out=self.host.numpy()[:n])
-        if not self.pin:  # a CPU "copy" would alias the buffer that the next step overwrites
-            return self.host[:n].clone().to(self.device)
-        return self.host[:n].to(self.device, non_blocking=True)
+        self.turn ^= 1
+        copied = self.copied[self.turn]
+        if copied is not None:
+            copied.synchronize()
+        host = self.hosts[self.turn]
+        if host.numel() < n:
+            size = max(n, 2 * host.numel(), 4096)
+            host = self.hosts[self.turn] = torch.empty(size, dtype=torch.int32, pin_memory=self.pin)
+        np.concatenate(parts, out=host.numpy()[:n])
+        if not self.pin:  # a CPU "copy" would alias the buffer that a later step overwrites
+            return host[:n].clone().to(self.device)
+        out = host[:n].to(self.device, non_blocking=True)
+        if copied is None:
+            copied = self.copied[self.turn] = torch.cuda.Event()
+        copied.record()
+        return out
 
 
 class PenaltyTokens:
@@ -160,13 +173,16 @@ def _processor_inputs(
     staging: HostStaging,
     with_bitmask: bool,
     penalty_tokens: PenaltyTokens,
+    feed: DeviceTokenFeed | None = None,
 ) -> ProcessorInputs | None:
     """The step's logits-processor entries, row by row, or None when no row has any and no
-    bitmask comes."""
+    bitmask comes. A penalised request whose last output is still pending (async scheduling)
+    gets an entry for it filled on the device from the last step's sampled ids (feed)."""
     segments: list[Collection[int]] = []  # token ids, row by row, segment by segment
     kinds: list[int] = []  # each segment's kind
     lengths: list[int] = []  # each segment's length
     ready: list[tuple[int, np.ndarray]] = []  # (first entry, codes) of the penalised rows
+    pending: list[tuple[int, int]] = []  # (entry, row of feed.sampled) of pending outputs
     row_ptr = np.zeros(len(requests) + 1, dtype=np.int32)
     params: list[tuple[float, float, float, float]] = []
     bias_at: list[tuple[int, Collection[float]]] = []  # (first entry, values) of logit_bias
@@ -193,6 +209,10 @@ def _processor_inputs(
             codes = penalty_tokens.codes(req, with_prompt=p.repetition_penalty != 1.0)
             ready.append((n, codes))
             n += len(codes)
+            if req.num_pending_tokens:
+                assert feed is not None and req.num_pending_tokens == 1, req
+                pending.append((n, feed.rows[req.request_id]))
+                n += 1
             params.append(
                 (p.presence_penalty, p.frequency_penalty, p.repetition_penalty, _restricted(p))
             )
@@ -208,18 +228,33 @@ def _processor_inputs(
     for start, row_codes in ready:
         codes[start : start + len(row_codes)] = row_codes
         is_listed[start : start + len(row_codes)] = False
+    for entry, _ in pending:
+        codes[entry] = 0  # written on the device below
+        is_listed[entry] = False
     codes[is_listed] = listed
     values = np.zeros(n, dtype=np.float32)
     for start, bias in bias_at:
         values[start : start + len(bias)] = list(bias)
     floats = np.array(params, dtype=np.float32).ravel()
-    packed = staging.to_device([row_ptr, codes, values.view(np.int32), floats.view(np.int32)])
+    fills = np.array(pending, dtype=np.int32).T.ravel()  # [2 * P]: entries, then rows
+    packed = staging.to_device(
+        [row_ptr, codes, values.view(np.int32), floats.view(np.int32), fills]
+    )
     r = len(requests)
+    codes_dev = packed[r + 1 : r + 1 + n]
+    if pending:
+        assert feed is not None
+        k = len(pending)
+        fill = packed[len(packed) - 2 * k :].long()  # [2 * P]
+        outputs = feed.sampled.index_select(0, fill[k:]) << KIND_BITS  # _OUTPUT is 0
+        codes_dev.index_copy_(0, fill[:k], outputs.int())
     return ProcessorInputs(
         row_ptr=packed[: r + 1],
-        codes=packed[r + 1 : r + 1 + n],
+        codes=codes_dev,
         values=packed[r + 1 + n : r + 1 + 2 * n].view(torch.float32),  # bit patterns of float32
-        params=packed[r + 1 + 2 * n :].view(torch.float32).view(r, NUM_PARAMS),
+        params=packed[r + 1 + 2 * n : r + 1 + 2 * n + r * NUM_PARAMS]
+        .view(torch.float32)
+        .view(r, NUM_PARAMS),
         bitmask=grammar_bitmask,
     )
 
@@ -238,7 +273,7 @@ def _banned(req: Request) -> set[int]:
     last token of a bad word may not follow the rest of it (a one-token bad word: never)."""
     p = req.sampling_params
     banned: set[int] = set()
-    if req.num_output_tokens < p.min_tokens:
+    if req.num_output_tokens + req.num_pending_tokens < p.min_tokens:
         banned.update(p.stop_token_ids or ())
         if not p.ignore_eos:
             banned |= req.eos_token_ids

@@ -17,6 +17,7 @@ import torch
 from vgraph.request import Request
 from vgraph.sample.sampler import Sampler, SamplerOutput
 from vgraph.worker.sampling_inputs import HostStaging, PenaltyTokens, build_sampling_metadata
+from vgraph.worker.token_feed import DeviceTokenFeed
 
 BitmaskFn = Callable[[], "torch.Tensor | None"]  # -> [R, ceil(V / 32)] int32 host bitmask
 
@@ -28,6 +29,8 @@ class StepSampler:
         self.staging = HostStaging(device)  # the sampling processors' one host-to-device copy
         self.penalty_tokens = PenaltyTokens()  # penalised requests' token codes, across steps
         self.generators: dict[str, torch.Generator] = {}  # request id -> seeded generator
+        # async scheduling: the last step's sampled ids, for penalised requests' pending outputs
+        self.token_feed: DeviceTokenFeed | None = None
 
     def forget(self, request_id: str) -> None:
         """Drop what a finished request left: its generator and its token codes."""
@@ -49,6 +52,7 @@ class StepSampler:
             staging=self.staging,
             bitmask_follows=grammar_bitmask is not None,
             penalty_tokens=self.penalty_tokens,
+            feed=self.token_feed,
         )
         bitmask = None if grammar_bitmask is None else grammar_bitmask()
         if bitmask is not None:
