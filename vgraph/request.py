@@ -69,7 +69,8 @@ class Request:
         self.all_token_ids: list[int] = list(prompt_token_ids)  # prompt, then outputs
         self.num_computed_tokens = 0
         self.num_pending_tokens = 0  # sampled by launched steps, not yet in all_token_ids
-        self.overlaps = not sampling_params.needs_host_tokens  # may run in overlapped steps
+        # its sampling waits for the previous step's tokens on the host (async scheduling)
+        self.needs_host_tokens = sampling_params.needs_host_tokens
         self.num_cached_tokens = -1  # prompt tokens found in the prefix cache (-1: not admitted)
         self.num_preemptions = 0
         self.num_prompt_logprobs = 0  # prompt positions whose logprobs were reported

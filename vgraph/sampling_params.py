@@ -279,9 +279,9 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
     def needs_host_tokens(self) -> bool:
         """Whether sampling a token needs the request's previous tokens on the host: a bad word's
         ban reads the last ones, a grammar accepts each before the next bitmask, a step that
-        scores the prompt reads back. Such a request's steps never overlap (async scheduling
-        runs them synchronously). Penalties count a pending output on the device and min_tokens
-        counts it on the host, so they overlap."""
+        scores the prompt reads back. With async scheduling such a request's step samples only
+        once the step before has completed (its forward is launched before). Penalties count
+        a pending output on the device and min_tokens counts it on the host: they need not."""
         return bool(
             self.bad_words_token_ids
             or self.bad_words

@@ -446,7 +446,7 @@ def test_pending_tokens_that_reach_max_tokens_schedule_no_further_step() -> None
     s.complete(second, samples2, [TOKEN])
     req = second.requests[0]
     assert req.status is RequestStatus.FINISHED_LENGTH and req.output_token_ids == [TOKEN] * 2
-    assert held_blocks(s) == 0 and s.num_sync_only == 0
+    assert held_blocks(s) == 0 and s.num_needing_host_tokens == 0
 
 
 def test_a_stop_token_in_flight_drops_the_next_steps_token() -> None:
@@ -494,8 +494,8 @@ def test_requests_that_need_host_tokens_are_counted_until_they_end() -> None:
     s.add_request(make_req("penalised", 5, max_tokens=1, repetition_penalty=1.2, min_tokens=1))
     s.add_request(make_req("scored", 5, max_tokens=1, prompt_logprobs=1))
     s.add_request(make_req("banned", 5, max_tokens=3, bad_words_token_ids=[[4, 5]]))
-    assert s.num_sync_only == 2  # penalties and min_tokens overlap; a bad word and a read-back not
+    assert s.num_needing_host_tokens == 2  # penalties and min_tokens count pending outputs
     s.abort_requests(["banned"])
-    assert s.num_sync_only == 1
+    assert s.num_needing_host_tokens == 1
     step(s)
-    assert s.num_sync_only == 0 and not s.has_unfinished_requests()
+    assert s.num_needing_host_tokens == 0 and not s.has_unfinished_requests()

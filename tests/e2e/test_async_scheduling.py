@@ -2,11 +2,11 @@
 tokens are back and feeds them to it on the device. The same tokens as synchronous scheduling
 for the built-in default model with the engine core in its own process (chat prompts that stop
 at EOS, so a request's last step is launched after its end; seeded sampling with logprobs); the
-steps really overlap (a launch before the previous step's result is read); penalties,
-min_tokens, logit_bias and allowed lists overlap with the same tokens; a request that needs its
-tokens on the host (a bad word) makes the steps synchronous while it runs and the others still
-get the same tokens; an abort while a step is in flight; and `vgraph serve --async-scheduling`
-answers as the synchronous server does.
+steps really overlap (a forward launched before the previous step's result is read);
+penalties, min_tokens, logit_bias and allowed lists overlap with the same tokens; bad words,
+structured outputs and prompt_logprobs, whose sampling waits for the previous step's tokens,
+still overlap the forwards and give the same tokens; an abort while a step is in flight; and
+`vgraph serve --async-scheduling` answers as the synchronous server does.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from vgraph import LLM, SamplingParams
 from vgraph.engine.core import EngineCore
 from vgraph.engine.protocol import EngineCoreRequest
 from vgraph.models.default_model import ensure_default_model
+from vgraph.sampling_params import StructuredOutputsParams
 from vgraph.worker.runner_output import PendingOutput
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -83,11 +84,12 @@ def test_async_equals_sync_default_model_in_its_own_process(sync_outputs) -> Non
 
 
 class LaunchLog:
-    """Records the order of the runner's launches ("L") and the waits for results ("R")."""
+    """Records the order of the runner's forward launches ("L") and the waits for results
+    ("R")."""
 
     def __init__(self, core: EngineCore, monkeypatch: pytest.MonkeyPatch) -> None:
         self.events: list[str] = []
-        launch, result = core.runner.launch, PendingOutput.result
+        launch, result = core.runner.launch_forward, PendingOutput.result
 
         def spy_launch(*args, **kwargs):
             self.events.append("L")
@@ -97,11 +99,11 @@ class LaunchLog:
             self.events.append("R")
             return result(pending)
 
-        monkeypatch.setattr(core.runner, "launch", spy_launch)
+        monkeypatch.setattr(core.runner, "launch_forward", spy_launch)
         monkeypatch.setattr(PendingOutput, "result", spy_result)
 
     def overlapped(self) -> int:
-        """Launches made while the previous launch's result was not yet read."""
+        """Forwards launched while the previous step's result was not yet read."""
         n, waiting = 0, 0
         for e in self.events:
             if e == "L":
@@ -112,26 +114,15 @@ class LaunchLog:
         return n
 
 
-def test_steps_overlap_and_requests_needing_host_tokens_run_synchronously(
-    sync_outputs, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_steps_overlap(sync_outputs, monkeypatch: pytest.MonkeyPatch) -> None:
     llm = LLM(ensure_default_model(), max_model_len=1024, async_scheduling=True, multiprocess=False)
     try:
         core = llm.engine.client.core
         log = LaunchLog(core, monkeypatch)
-        prompts = chats(llm)
-        greedy = llm.generate(prompts, GREEDY, use_tqdm=False)
+        greedy = llm.generate(chats(llm), GREEDY, use_tqdm=False)
         assert [o.outputs[0].token_ids for o in greedy] == [o.token_ids for o in sync_outputs[0]]
         assert log.overlapped() >= 30  # about one a step: 40 tokens, minus the first step
         assert core.scheduler.kv.num_free_blocks == core.scheduler.kv.num_blocks
-
-        log.events.clear()
-        banned = SamplingParams(temperature=0.0, max_tokens=40, bad_words=[" the"])
-        mixed = llm.generate(prompts, [GREEDY] * 4 + [banned], use_tqdm=False)
-        assert log.overlapped() == 0  # a bad word's ban reads the last tokens on the host
-        assert [o.outputs[0].token_ids for o in mixed[:4]] == [
-            o.token_ids for o in sync_outputs[0][:4]
-        ]
     finally:
         llm.shutdown()
 
@@ -143,9 +134,24 @@ PROCESSORS = [
     SamplingParams(temperature=0.0, max_tokens=30, logit_bias={13: 5.0}),
     SamplingParams(temperature=0.7, seed=3, max_tokens=30, allowed_token_ids=list(range(300))),
 ]
+# sampling that needs the previous step's tokens on the host: each step's sampling is launched
+# once the step before has completed (its forward before)
+HOST_TOKENS = [
+    SamplingParams(temperature=0.0, max_tokens=30, bad_words=[" the", " a"]),
+    SamplingParams(
+        temperature=0.0,
+        max_tokens=30,
+        structured_outputs=StructuredOutputsParams(choice=["yes", "no"]),
+    ),
+    SamplingParams(temperature=0.0, max_tokens=30, prompt_logprobs=2),
+    SamplingParams(temperature=0.0, max_tokens=30),
+    SamplingParams(temperature=0.0, max_tokens=30, repetition_penalty=1.5),
+]
 
 
-def processor_tokens(async_scheduling: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[list, int]:
+def tokens_of(
+    params: list[SamplingParams], async_scheduling: bool, monkeypatch: pytest.MonkeyPatch
+) -> tuple[list, int]:
     llm = LLM(
         ensure_default_model(),
         max_model_len=1024,
@@ -154,8 +160,8 @@ def processor_tokens(async_scheduling: bool, monkeypatch: pytest.MonkeyPatch) ->
     )
     try:
         log = LaunchLog(llm.engine.client.core, monkeypatch)
-        outs = llm.generate(chats(llm), PROCESSORS, use_tqdm=False)
-        return [o.outputs[0].token_ids for o in outs], log.overlapped()
+        outs = llm.generate(chats(llm), params, use_tqdm=False)
+        return [(o.outputs[0].token_ids, o.outputs[0].text) for o in outs], log.overlapped()
     finally:
         llm.shutdown()
 
@@ -165,12 +171,25 @@ def test_penalties_bans_bias_and_allowed_lists_overlap_with_the_same_tokens(
 ) -> None:
     """The engine-level check: such requests' steps overlap and give the synchronous tokens
     (tests/test_logits_processors.py checks the pending output's count itself)."""
-    sync, sync_overlapped = processor_tokens(False, monkeypatch)
-    got, overlapped = processor_tokens(True, monkeypatch)
+    sync, sync_overlapped = tokens_of(PROCESSORS, False, monkeypatch)
+    got, overlapped = tokens_of(PROCESSORS, True, monkeypatch)
     assert sync_overlapped == 0 and overlapped >= 20
     assert got == sync
-    assert len(got[2]) >= 24
-    assert all(t < 300 for t in got[4])
+    assert len(got[2][0]) >= 24
+    assert all(t < 300 for t in got[4][0])
+
+
+def test_bad_words_structured_outputs_and_prompt_logprobs_sample_after_the_previous_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Their sampling waits for the previous step's tokens on the host, the forward does not:
+    the steps still overlap, and every request gets the synchronous tokens."""
+    sync, _ = tokens_of(HOST_TOKENS, False, monkeypatch)
+    got, overlapped = tokens_of(HOST_TOKENS, True, monkeypatch)
+    assert got == sync
+    assert overlapped >= 20
+    assert got[1][1] in ("yes", "no")
+    assert " the" not in got[0][1] and " a " not in got[0][1]
 
 
 def test_abort_while_a_step_is_in_flight(tiny_checkpoint) -> None:

@@ -25,9 +25,11 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(make_tiny_model("llama", tmp_path_factory.mktemp("tiny-isolation")))
 
 
-@pytest.fixture(scope="module")
-def llm(model_dir: str) -> Iterator[LLM]:
-    llm = LLM(model_dir, multiprocess=False, **KW)
+@pytest.fixture(scope="module", params=[False, True], ids=["sync", "async"])
+def llm(model_dir: str, request: pytest.FixtureRequest) -> Iterator[LLM]:
+    """With async scheduling too: a launch that raises completes the step in flight, then runs
+    its own step synchronously, one request at a time."""
+    llm = LLM(model_dir, multiprocess=False, async_scheduling=request.param, **KW)
     yield llm
     llm.shutdown()
 
@@ -101,6 +103,7 @@ def test_a_step_where_every_request_fails_alone_is_the_engines_fault(
         raise RuntimeError("device lost")
 
     monkeypatch.setattr(core.runner, "execute_model", broken)
+    monkeypatch.setattr(core.runner, "launch_forward", broken)  # async scheduling's first call
     for i, prompt in enumerate(PROMPTS):
         core.add_request(EngineCoreRequest(f"doomed{i}", prompt, greedy(), [2]))
     with pytest.raises(RuntimeError, match="device lost"):

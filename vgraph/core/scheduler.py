@@ -85,7 +85,8 @@ class Scheduler:
         self._finished_since_last_step: set[str] = set()
         self._same_step_kv = False  # of the step being scheduled (SchedulerOutput.same_step_kv)
         self.num_preemptions = 0
-        self.num_sync_only = 0  # unfinished requests whose steps may not overlap (Request.overlaps)
+        # unfinished requests whose sampling waits for the previous step's tokens on the host
+        self.num_needing_host_tokens = 0
 
     # ---- admission ------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -93,8 +94,8 @@ class Scheduler:
             raise ValueError(f"request_id={request.request_id!r} is already in use")
         self.requests[request.request_id] = request
         self.waiting.append(request)
-        if not request.overlaps:
-            self.num_sync_only += 1
+        if request.needs_host_tokens:
+            self.num_needing_host_tokens += 1
 
     def abort_requests(self, request_ids: list[str]) -> list[Request]:
         return self.finish_requests(request_ids, RequestStatus.FINISHED_ABORTED)
@@ -307,8 +308,8 @@ class Scheduler:
 
     def _finish(self, req: Request, status: RequestStatus) -> None:
         req.status = status
-        if not req.overlaps:
-            self.num_sync_only -= 1
+        if req.needs_host_tokens:
+            self.num_needing_host_tokens -= 1
         if req in self.running:
             self.running.remove(req)
         else:

@@ -7,8 +7,9 @@ directly.
 With async scheduling (SchedulerConfig.async_scheduling) the steps are pipelined two deep: step()
 schedules, launches and commits step N + 1, then waits for step N's tokens and returns step N's
 outputs, so the host's work overlaps the device's (docs/architecture.md, "Async scheduling").
-While a request that needs its tokens on the host to sample is unfinished (Request.overlaps is
-False: bad words, structured outputs, prompt_logprobs), steps run synchronously again.
+While a request whose sampling needs its tokens on the host is unfinished
+(Request.needs_host_tokens: bad words, structured outputs, prompt_logprobs), each step's forward
+is launched before the previous step completes and its sampling after.
 
 No single request's data may take the engine down:
   1. add_request re-checks everything the frontend checked (prompt ids, every token id in the
@@ -180,22 +181,18 @@ class EngineCore:
 
     # ---- one step ---------------------------------------------------------------------------
     def step(self) -> EngineCoreOutputs:
-        """One step: schedule, execute, update. With async scheduling (and while every request
-        may overlap), the step scheduled here is launched before the previous one's tokens are
-        back, and the outputs returned are the previous step's: the host schedules, prepares and
-        launches while the device still computes."""
+        """One step: schedule, execute, update. With async scheduling the step scheduled here is
+        launched before the previous one's tokens are back, and the outputs returned are the
+        previous step's: the host schedules, prepares and launches while the device still
+        computes."""
         if self.workers is not None:
             self.workers.check_alive()
         outputs = self.admit_compiled()
-        if not self.overlaps_now():
-            if self.in_flight is not None:  # its tokens first: this step is scheduled on them
-                outputs += self.complete(*self.in_flight)
-                self.in_flight = None
-            sched = self.scheduler.schedule()
+        sched = self.scheduler.schedule()
+        if not self.async_scheduling:
             if not sched.is_empty():
                 outputs += self.execute_sync(sched)
             return self.outputs_of(outputs)
-        sched = self.scheduler.schedule()
         launched = None
         if not sched.is_empty():
             launched = self.launch(sched, outputs)
@@ -204,32 +201,35 @@ class EngineCore:
             outputs += self.complete(*previous)
         return self.outputs_of(outputs)
 
-    def overlaps_now(self) -> bool:
-        """Whether this step may launch before the previous one's tokens are back: async
-        scheduling is on and no unfinished request needs its tokens on the host to sample."""
-        return (
-            self.async_scheduling
-            and self.scheduler.num_sync_only == 0
-            and not self.waiting_for_grammar
-        )
-
     def launch(
         self, sched: SchedulerOutput, outputs: list[EngineCoreOutput]
     ) -> tuple[SchedulerOutput, list[bool], PendingOutput] | None:
-        """Launch an overlapped step and commit it; None if the launch raised, after the step in
-        flight completed and this one ran synchronously, one request at a time where it must
-        (its outputs and the previous step's are added to outputs)."""
+        """Launch a step and commit it. While some request's sampling needs the previous step's
+        tokens on the host (Request.needs_host_tokens), the step's forward is launched first,
+        then the step in flight completes (its outputs are added to outputs), then this step's
+        sampling is launched: the device computes the forward meanwhile. None if a launch
+        raised: then the step in flight completed and this one ran synchronously, one request
+        at a time where it must."""
         self.mark_scheduled(sched)
         try:
-            pending = self.runner.launch(sched)
+            fwd = self.runner.launch_forward(sched)
         except Exception:
-            logger.exception("launching a step of %d request(s) failed", len(sched.requests))
-            if self.in_flight is not None:  # the step's pending tokens come back first
-                outputs += self.complete(*self.in_flight)
-                self.in_flight = None
-            outputs += self.execute_sync(sched)
-            return None
+            return self.launch_failed(sched, outputs)
+        if self.scheduler.num_needing_host_tokens and self.in_flight is not None:
+            outputs += self.complete(*self.in_flight)
+            self.in_flight = None
+        try:
+            pending = self.runner.launch_sample(fwd, self.bitmask_fn(sched))
+        except Exception:
+            return self.launch_failed(sched, outputs)
         return sched, self.scheduler.commit_launch(sched), pending
+
+    def launch_failed(self, sched: SchedulerOutput, outputs: list[EngineCoreOutput]) -> None:
+        logger.exception("launching a step of %d request(s) failed", len(sched.requests))
+        if self.in_flight is not None:  # the step's pending tokens come back first
+            outputs += self.complete(*self.in_flight)
+            self.in_flight = None
+        outputs += self.execute_sync(sched)
 
     def complete(
         self, sched: SchedulerOutput, samples: list[bool], pending: PendingOutput
@@ -243,10 +243,7 @@ class EngineCore:
     def execute_sync(self, sched: SchedulerOutput) -> list[EngineCoreOutput]:
         """Run a step to its end (failing requests isolated) and update the scheduler."""
         self.mark_scheduled(sched)
-        bitmask_fn = None  # filled by the runner while the device computes the logits
-        if self.structured is not None and self.structured.matchers:
-            bitmask_fn = functools.partial(self.grammar_bitmask, sched)
-        runner_out, failed = self.execute_isolated(sched, bitmask_fn)
+        runner_out, failed = self.execute_isolated(sched, self.bitmask_fn(sched))
         self.num_steps += 1
         outputs = [
             EngineCoreOutput(req.request_id, [], finish_reason="error", error=req.error)
@@ -314,6 +311,13 @@ class EngineCore:
             scheduler_stats=self.stats(with_graph_stats),
             timestamp=time.monotonic(),
         )
+
+    def bitmask_fn(self, sched: SchedulerOutput) -> BitmaskFn | None:
+        """The step's structured-output bitmask fill, for the runner to call while the device
+        computes the logits; None without structured outputs."""
+        if self.structured is None or not self.structured.matchers:
+            return None
+        return functools.partial(self.grammar_bitmask, sched)
 
     def grammar_bitmask(self, sched: SchedulerOutput) -> torch.Tensor | None:
         """[R, ceil(V / 32)] int32 host bitmask of the step, None without structured outputs."""

@@ -81,8 +81,7 @@ class EngineArgs:
     async_scheduling: bool | None = arg(
         None,
         "schedule and launch each step while the previous one runs on the device, feeding it "
-        "that step's tokens there (default: on with CUDA and tensor_parallel_size 1); steps run "
-        "synchronously while a request has bad words, structured outputs or prompt_logprobs",
+        "that step's tokens there (default: on with CUDA and tensor_parallel_size 1)",
         negatable=True,
     )
     enable_prefix_caching: bool = arg(

@@ -32,6 +32,7 @@ import gc
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -70,6 +71,16 @@ from vgraph.worker.step_sampler import BitmaskFn, StepSampler
 from vgraph.worker.token_feed import DeviceTokenFeed
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class LaunchedForward:
+    """A step whose forward is issued and whose sampling is not (launch_forward)."""
+
+    sched: SchedulerOutput
+    step: StepInputs
+    logits: torch.Tensor  # [num_reqs_padded, vocab_size] float32
+    prompt_logprobs: dict[int, list[TokenLogprobs]]
 
 
 class ModelRunner:
@@ -214,7 +225,6 @@ class ModelRunner:
         """launch(), waited for."""
         return self.launch(sched, grammar_bitmask).result()
 
-    @torch.inference_mode()
     def launch(
         self, sched: SchedulerOutput, grammar_bitmask: BitmaskFn | None = None
     ) -> PendingOutput:
@@ -223,6 +233,12 @@ class ModelRunner:
         structured-output bitmask (a host tensor, or None); called once the forward is issued
         and the sampling inputs are built, so that the host fills while the device computes the
         logits."""
+        return self.launch_sample(self.launch_forward(sched), grammar_bitmask)
+
+    @torch.inference_mode()
+    def launch_forward(self, sched: SchedulerOutput) -> LaunchedForward:
+        """Stages 1-3 of launch(): the forward is issued, sampling is not. The engine core
+        completes the previous step between the two when sampling needs its tokens."""
         for rid in sched.finished_req_ids:
             self.step_sampler.forget(rid)
         num_prefix_blocks = self.cascade_prefix_blocks(sched)
@@ -238,10 +254,17 @@ class ModelRunner:
             )
         else:
             logits, prompt_lps = self.execute_forward(step, common, mode, key), {}
-        out = self.sample(sched, step, logits, grammar_bitmask)
+        return LaunchedForward(sched, step, logits, prompt_lps)
+
+    @torch.inference_mode()
+    def launch_sample(
+        self, fwd: LaunchedForward, grammar_bitmask: BitmaskFn | None = None
+    ) -> PendingOutput:
+        """Stages 4-5 of launch(): sampling and the copy of the tokens to the host."""
+        out = self.sample(fwd.sched, fwd.step, fwd.logits, grammar_bitmask)
         if self.token_feed is not None:
-            self.token_feed.remember(sched.requests, out.token_ids)
-        return start_to_host(sched.requests, out, prompt_lps)
+            self.token_feed.remember(fwd.sched.requests, out.token_ids)
+        return start_to_host(fwd.sched.requests, out, fwd.prompt_logprobs)
 
     def cascade_prefix_blocks(self, sched: SchedulerOutput) -> int:
         """Blocks of the prefix a uniform decode step attends as cascade (0: plain attention):
