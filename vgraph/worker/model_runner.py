@@ -11,8 +11,9 @@ called in this order by execute_model():
   4. sample: logits of each request's last token -> logits processors and Sampler, on the
      device, outside every graph (penalties, bias, bans, the structured-output bitmask;
      step_sampler.py)
-  5. to_host: one device-to-host copy of the sampled ids (and logprobs), issued without waiting
-     (a PendingOutput, runner_output.py): launch() returns it, execute_model() waits for it
+  5. start_to_host: one device-to-host copy of the sampled ids (and logprobs), issued without
+     waiting (a PendingOutput, runner_output.py): launch() returns it, execute_model() waits
+     for it; launch() is launch_forward() (stages 1-3) then launch_sample() (4-5)
 With async scheduling (SchedulerConfig.async_scheduling) the engine core launches a step before
 the previous one's tokens are back: a request's pending token is fed from the previous step's
 sampled ids on the device (token_feed.py), and FULL graphs leave the input copy to the host.
@@ -22,7 +23,8 @@ steps 2-3 from it (execute_broadcast_step) and never sample.
 A step that scores prompt tokens (prompt_logprobs) needs every token's hidden state: it runs the
 model without the head (never a FULL graph) and the head on those rows too (prompt_logprobs.py).
 The runner holds the state the parts share (buffers, KV caches, graphs, counters); the work of
-a stage belongs in its part, not here. Only to_host (and prompt logprobs) read the device back.
+a stage belongs in its part, not here. Only start_to_host (and prompt logprobs) read the device
+back.
 """
 
 from __future__ import annotations

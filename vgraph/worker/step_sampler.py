@@ -5,7 +5,7 @@ token codes, the host staging buffer of the processors' inputs) and orders the h
 all of it overlaps the device computing the logits: 1. the sampling inputs are built and copied
 (sampling_inputs.py), 2. the grammar bitmask is filled (the engine core's callback) and joins
 them, 3. the Sampler runs on the device. It runs outside every graph and must not read anything
-back from the device: the step's one device-to-host copy is runner_output.to_host.
+back from the device: the step's one device-to-host copy is runner_output.start_to_host.
 """
 
 from __future__ import annotations
