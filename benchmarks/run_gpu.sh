@@ -6,7 +6,9 @@
 #           that must stay under the device's per-call limit splits them over two calls, e.g.
 #           STEPS="ext tests smollm2" then STEPS="llama profile" (the built vgraph/_C.so stays).
 #   MODES   cudagraph modes of the latency benchmark (default: all five).
-#   Not in the default STEPS: serve (TPOT at concurrency 1 through a real server); flashinfer
+#   Not in the default STEPS: async (the engine loop's decode step with and without async
+#   scheduling, benchmarks/bench_async_scheduling.py -> async_step.json); serve (TPOT at
+#   concurrency 1 through a real server; SERVE_ARGS adds `vgraph serve` flags); flashinfer
 #   (the flashinfer backend's GPU tests, then the five-mode latency table of SmolLM2-135M for the
 #   csrc, flashinfer and torch backends; FlashInfer compiles its kernels on first use, about
 #   15 s + 90 s, into FLASHINFER_WORKSPACE_BASE; FI_BACKENDS picks the backends of the table) and
@@ -114,6 +116,9 @@ for s in ${STEPS:-ext tests smollm2 llama profile kernels}; do
           --out "$out/tp_$m.json"
       done ;;
     offline) offline SmolLM2-135M; offline Llama-3.2-1B ;;
+    async) step async_step timeout 200 python3 benchmarks/bench_async_scheduling.py \
+      --models SmolLM2-135M Llama-3.2-1B --batch-sizes 1 4 8 16 --capture-sizes 1 2 4 8 16 \
+      --rounds 5 --out "$out/async_step.json" ;;
     kernels) step kernel_bench python3 benchmarks/bench_paged_attention.py --batches 1 8 32 128 \
       --contexts 512 2048 8192 --out "$out/paged_attention.json" ;;
     *) echo "unknown step $s" >&2; exit 2 ;;

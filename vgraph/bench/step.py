@@ -5,7 +5,9 @@ graph memory are recorded), and all of them stay alive: each gets a KV cache of 
 the benchmark uses. Hand-built steps run through `ModelRunner.execute_model`: a decode step of B
 requests whose KV cache was really prefilled (context_len tokens each), and a mixed step (decodes
 plus one prefill chunk). A step's time includes input preparation, the forward (replayed or
-eager), sampling and the device-to-host copy, as the engine pays it.
+eager), sampling and the device-to-host copy, as the engine pays it without async scheduling (the
+engines here schedule synchronously; benchmarks/bench_async_scheduling.py times the engine loop
+with and without it).
 
 The modes are timed in turns, a block of steps each, round after round, so that a slow spell of
 the host (eager steps are bound by it) falls on every mode alike rather than on whichever ran
