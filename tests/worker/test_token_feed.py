@@ -19,6 +19,7 @@ BLOCK_SIZE = 16
 def request(rid: str, num_tokens: int, computed: int) -> Request:
     req = Request(rid, list(range(100, 100 + num_tokens)), SamplingParams(), frozenset())
     req.num_computed_tokens = computed
+    req.num_pending_tokens = int(computed == num_tokens)  # the next token is the last step's
     return req
 
 

@@ -58,14 +58,14 @@ class DeviceTokenFeed:
             pairs = [
                 (i, rows[req.request_id])
                 for i, req in enumerate(requests)
-                if req.num_computed_tokens == req.num_tokens  # its next token is not on the host
+                if req.num_pending_tokens  # its next token is not on the host yet
             ]
         else:
             qsl = step.layout.np.query_start_loc
             pairs = [
                 (int(qsl[i + 1]) - 1, rows[req.request_id])
                 for i, req in enumerate(requests)
-                if req.num_computed_tokens == req.num_tokens
+                if req.num_pending_tokens
             ]
         if not pairs:
             return
