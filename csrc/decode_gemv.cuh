@@ -156,7 +156,7 @@ template <typename T, Epilogue E>
 __device__ __forceinline__ void write_pair(const GemvArgs<T>& a, int m, int row0, int row1,
                                            bool valid0, bool valid1, float y0, float y1,
                                            const EpiIn& in) {
-  if constexpr (E == Epilogue::kStore) {
+  if constexpr (E == Epilogue::kStore || E == Epilogue::kNormStore) {
     if (a.out_float) {
       float* o = static_cast<float*>(a.out) + m * a.out_stride;
       if (valid0) o[row0] = round1<T>(y0);
@@ -192,23 +192,30 @@ __device__ __forceinline__ void write_pair(const GemvArgs<T>& a, int m, int row0
 template <typename T, int MT, Epilogue E>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
   constexpr int VEC = 8;  // 16 bytes of a 16-bit dtype
-  constexpr bool kNorm = E == Epilogue::kSiluMul || E == Epilogue::kQkvRope;
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int nt = blockDim.x, num_warps = nt / 32;  // whole warps, at most kThreads (gemv_threads)
+  constexpr bool kNorm = has_norm(E);
+  // A CTA takes a.pairs_per_cta row pairs, each on nt threads (whole warps) of its own: below,
+  // tid / warp / num_warps are within the pair's threads, cta_warp indexes shared memory.
+  const int nt = blockDim.x / a.pairs_per_cta;  // at most kThreads (gemv_threads)
+  const int sub = threadIdx.x / nt, tid = threadIdx.x - sub * nt;
+  const int lane = tid % 32, warp = tid / 32, num_warps = nt / 32, cta_warp = threadIdx.x / 32;
   const int num_vecs = a.K / VEC;
   const int m_count = a.num_tokens;
+  // The last CTA's spare pair slots redo the last pair and write nothing.
+  const int pair_index = blockIdx.x * a.pairs_per_cta + sub;
+  const bool writes = pair_index < a.num_pairs;
+  const int pair = writes ? pair_index : a.num_pairs - 1;
 
-  // 1. This CTA's rows.
+  // 1. This pair's rows.
   int row[kRows];
   if constexpr (E == Epilogue::kSiluMul) {
-    row[0] = blockIdx.x, row[1] = blockIdx.x + a.N / 2;  // gate i, up i
+    row[0] = pair, row[1] = pair + a.N / 2;  // gate i, up i
   } else if constexpr (E == Epilogue::kQkvRope) {
-    const int half = a.head_size / 2, head = blockIdx.x / half, j = blockIdx.x - head * half;
+    const int half = a.head_size / 2, head = pair / half, j = pair - head * half;
     row[0] = head * a.head_size + j, row[1] = row[0] + half;  // rotate-half partners
   } else {
-    row[0] = blockIdx.x * kRows, row[1] = row[0] + 1;
+    row[0] = pair * kRows, row[1] = row[0] + 1;
   }
-  const bool valid1 = row[1] < a.N;  // only the last CTA of an odd N has one row
+  const bool valid1 = row[1] < a.N;  // only the last pair of an odd N has one row
   const uint4* w_row[kRows] = {
       reinterpret_cast<const uint4*>(a.weight + static_cast<int64_t>(row[0]) * a.K),
       reinterpret_cast<const uint4*>(a.weight + static_cast<int64_t>(valid1 ? row[1] : row[0]) * a.K)};
@@ -226,7 +233,9 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
     }
   };
   load_chunk(0);
-  __shared__ __align__(16) uint4 s_nw[kNorm ? kPreload * kThreads : 1];  // [kPreload][kThreads]
+  // [pair slot][kPreload][nt]: blockDim.x <= kThreads
+  __shared__ __align__(16) uint4 s_nw_cta[kNorm ? kPreload * kThreads : 1];
+  uint4* s_nw = s_nw_cta + (kNorm ? sub * kPreload * nt : 0);
   if constexpr (kNorm) {
 #pragma unroll
     for (int v = 0; v < kPreload; ++v) {
@@ -241,8 +250,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
   pdl::wait();  // everything below may read what the previous kernel wrote
   if (tid < m_count) epi_after_wait<T, E>(a, tid, row[0], row[1], true, valid1, in);
 
-  // 3. RMSNorm prologue: 1 / rms of each token's row, reduced over the CTA (a one-warp CTA needs
-  // no shared memory: the butterfly leaves the sum in every lane).
+  // 3. RMSNorm prologue: 1 / rms of each token's row, reduced over the pair's threads (a one-warp
+  // pair needs no shared memory: the butterfly leaves the sum in every lane).
   float inv_rms[MT];
   if constexpr (kNorm) {
     __shared__ float s_sq[kWarps][MT];
@@ -263,7 +272,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
       sq[m] = warp_sum(sq[m]);
-      if (lane == 0) s_sq[warp][m] = sq[m];
+      if (lane == 0) s_sq[cta_warp][m] = sq[m];
     }
     if (num_warps > 1) __syncthreads();
 #pragma unroll
@@ -271,7 +280,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
       float s = sq[m];
       if (num_warps > 1) {
         s = 0.f;
-        for (int i = 0; i < num_warps; ++i) s += s_sq[i][m];
+        for (int i = 0; i < num_warps; ++i) s += s_sq[cta_warp - warp + i][m];
       }
       inv_rms[m] = rsqrtf(s / static_cast<float>(a.K) + a.eps);
     }
@@ -320,8 +329,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
     compute_chunk(base);
   }
 
-  // 5. Reduce over the CTA: warp shuffles, then one shared-memory row per warp (a one-warp CTA:
-  // lane m keeps token m's sums).
+  // 5. Reduce over the pair's threads: warp shuffles, then one shared-memory row per warp (a
+  // one-warp pair: lane m keeps token m's sums).
   __shared__ float s_acc[kWarps][kRows][MT];
   float y[kRows] = {0.f, 0.f};
 #pragma unroll
@@ -330,11 +339,11 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
     for (int m = 0; m < MT; ++m) {
       const float s = warp_sum(acc[r][m]);
       if (num_warps == 1 && m == tid) y[r] = s;
-      if (lane == 0) s_acc[warp][r][m] = s;
+      if (lane == 0) s_acc[cta_warp][r][m] = s;
     }
   }
   if (num_warps > 1) __syncthreads();
-  if (tid >= m_count) return;
+  if (tid >= m_count || !writes) return;
 
   // 6. Epilogue: thread m writes token m's outputs.
   const int m = tid;
@@ -342,7 +351,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       float s = 0.f;
-      for (int i = 0; i < num_warps; ++i) s += s_acc[i][r][m];
+      for (int i = 0; i < num_warps; ++i) s += s_acc[cta_warp - warp + i][r][m];
       y[r] = s;
     }
   }
@@ -350,33 +359,63 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
 }
 
 // ---- launch ------------------------------------------------------------------------------------
-// Threads per CTA. At one token: whole warps, just enough that each thread's kPreload slots cover
-// a row of K (32 to kThreads), so a CTA streams all its weights at once and more CTAs fit an SM
-// (more bytes in flight); a one-warp CTA also skips the shared-memory reductions. At more tokens
-// all kThreads share the FMAs, which then bound the kernel.
+// Threads per row pair. At one token: whole warps, just enough that each thread's kPreload slots
+// cover a row of K (32 to kThreads), so a pair streams all its weights at once and more pairs fit
+// an SM (more bytes in flight); a one-warp pair also skips the shared-memory reductions. At more
+// tokens all kThreads share the FMAs, which then bound the kernel.
 inline int gemv_threads(int num_tokens, int k) {
   if (num_tokens > 1) return kThreads;
   const int per_thread = (k / 8 + kPreload - 1) / kPreload;
   return std::min(kThreads, std::max(32, (per_thread + 31) / 32 * 32));
 }
 
+// Streaming multiprocessors of the current device (one device per process).
+inline int num_sms() {
+  static const int n = [] {
+    int device = 0, count = 0;
+    C10_CUDA_CHECK(cudaGetDevice(&device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    return count;
+  }();
+  return n;
+}
+
+// Row pairs per CTA, each on `threads` threads of its own: at one token, where a CTA per pair would
+// put more than kPairCtasPerSm CTAs on each SM (the LM heads, Llama-3.2-1B's gate/up), as many as
+// fit kThreads, so the block scheduler issues fewer, fuller CTAs; else one.
+// VGRAPH_GEMV_PAIRS=n caps it at n instead (comparisons; read at each launch, so a graph keeps what
+// it was captured with).
+constexpr int kPairCtasPerSm = 8;
+inline int pairs_per_cta(int num_tokens, int threads, int num_pairs) {
+  if (num_tokens > 1) return 1;
+  const int fit = kThreads / threads;
+  const char* force = std::getenv("VGRAPH_GEMV_PAIRS");
+  if (force != nullptr && force[0] != '\0') return std::max(1, std::min(fit, std::atoi(force)));
+  return num_pairs > kPairCtasPerSm * num_sms() ? fit : 1;
+}
+
 template <typename T, int MT, Epilogue E>
-void launch_mt(const GemvArgs<T>& a, int grid, cudaStream_t stream) {
+void launch_mt(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream) {
+  GemvArgs<T> args = a;
+  const int threads = gemv_threads(a.num_tokens, a.K);
+  args.num_pairs = num_pairs;
+  args.pairs_per_cta = pairs_per_cta(a.num_tokens, threads, num_pairs);
+  const int grid = (num_pairs + args.pairs_per_cta - 1) / args.pairs_per_cta;
   cudaLaunchAttribute attr[1];
-  const dim3 block(gemv_threads(a.num_tokens, a.K));
-  const cudaLaunchConfig_t cfg = pdl::launch_config(dim3(grid), block, 0, stream, attr);
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<T, MT, E>, a));
+  const cudaLaunchConfig_t cfg =
+      pdl::launch_config(dim3(grid), dim3(threads * args.pairs_per_cta), 0, stream, attr);
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<T, MT, E>, args));
 }
 
 template <typename T, Epilogue E>
-void launch_gemv(const GemvArgs<T>& a, int grid, cudaStream_t stream) {
+void launch_gemv(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream) {
   const int m = a.num_tokens;
-  if (m <= 1) return launch_mt<T, 1, E>(a, grid, stream);
-  if (m <= 2) return launch_mt<T, 2, E>(a, grid, stream);
-  if (m <= 4) return launch_mt<T, 4, E>(a, grid, stream);
-  if (m <= 8) return launch_mt<T, 8, E>(a, grid, stream);
-  if (m <= 16) return launch_mt<T, 16, E>(a, grid, stream);
-  launch_mt<T, 32, E>(a, grid, stream);
+  if (m <= 1) return launch_mt<T, 1, E>(a, num_pairs, stream);
+  if (m <= 2) return launch_mt<T, 2, E>(a, num_pairs, stream);
+  if (m <= 4) return launch_mt<T, 4, E>(a, num_pairs, stream);
+  if (m <= 8) return launch_mt<T, 8, E>(a, num_pairs, stream);
+  if (m <= 16) return launch_mt<T, 16, E>(a, num_pairs, stream);
+  launch_mt<T, 32, E>(a, num_pairs, stream);
 }
 
 #define VGRAPH_INSTANTIATE_GEMV(E)                                                               \

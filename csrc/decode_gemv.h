@@ -17,7 +17,13 @@ constexpr int kRows = 2;            // output rows per CTA
 constexpr int kPreload = 4;         // weight vectors per thread and row in flight at once
 constexpr int kMaxGemvTokens = 32;  // the largest padded token count with a GEMV instantiation
 
-enum class Epilogue : int { kStore, kAddResidual, kSiluMul, kQkvRope };
+// kNormStore is kStore with the RMSNorm prologue (the final norm and the LM head).
+enum class Epilogue : int { kStore, kAddResidual, kSiluMul, kQkvRope, kNormStore };
+
+// The epilogues whose kernels normalize x first (RMSNorm prologue with norm_weight and eps).
+constexpr bool has_norm(Epilogue e) {
+  return e == Epilogue::kSiluMul || e == Epilogue::kQkvRope || e == Epilogue::kNormStore;
+}
 
 template <typename T>
 struct GemvArgs {
@@ -37,6 +43,9 @@ struct GemvArgs {
   const int32_t* pos32;
   const float* cos_sin;  // [max_position, head_size] = cos | sin
   int max_position, head_size, rope_heads;  // rope_heads = num_heads + num_kv_heads
+  // CUDA-core kernel, set by its launcher: the row pairs (the grid's work) and how many of them a
+  // CTA takes, each on its own whole warps (more than one only at one token).
+  int num_pairs, pairs_per_cta;
 };
 
 // The tensor-core kernel (decode_gemv_mma.cuh): a CTA computes a tile of 16 output rows (8 row
@@ -56,10 +65,10 @@ inline bool mma_fits(Epilogue e, int64_t n, int64_t k, int64_t head_size) {
   return true;
 }
 
-// Launches the kernel for a.num_tokens in [1, kMaxGemvTokens] on `grid` CTAs, with programmatic
-// stream serialization unless VGRAPH_PDL=0. T is c10::Half or c10::BFloat16.
+// Launches the kernel for a.num_tokens in [1, kMaxGemvTokens] over `num_pairs` row pairs, with
+// programmatic stream serialization unless VGRAPH_PDL=0. T is c10::Half or c10::BFloat16.
 template <typename T, Epilogue E>
-void launch_gemv(const GemvArgs<T>& a, int grid, cudaStream_t stream);
+void launch_gemv(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream);
 
 // Launches the tensor-core kernel for a.num_tokens in [1, kMaxGemvTokens] on a shape mma_fits
 // accepts; its grid and CTA size follow from N and K alone (graph-safe).

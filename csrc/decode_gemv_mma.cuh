@@ -68,7 +68,7 @@ __device__ __forceinline__ int mma_row(const GemvArgs<T>& a, int tile, int i) {
 // NT: 8-token column tiles (1, 2 or 4: up to 8, 16 or 32 tokens).
 template <typename T, int NT, Epilogue E>
 __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
-  constexpr bool kNorm = E == Epilogue::kSiluMul || E == Epilogue::kQkvRope;
+  constexpr bool kNorm = has_norm(E);
   constexpr int P = kMmaPreload;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, num_warps = blockDim.x / 32;
   const int g = lane / 4, q = lane % 4;
@@ -247,14 +247,8 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
 // stays within 16 warps per SM (a 2048-row down projection has 128 tiles: 16 warps; a gate/up
 // projection of 1024 tiles keeps 4, several CTAs per SM streaming for longer).
 inline int mma_warps(int num_tiles, int num_chunks) {
-  static const int num_sms = [] {  // one device per process
-    int device = 0, n = 0;
-    C10_CUDA_CHECK(cudaGetDevice(&device));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    return n;
-  }();
   int w = 4;
-  while (w < 16 && w * kMmaPreload < num_chunks && num_tiles * 2 * w <= 16 * num_sms) w *= 2;
+  while (w < 16 && w * kMmaPreload < num_chunks && num_tiles * 2 * w <= 16 * num_sms()) w *= 2;
   return w;
 }
 
@@ -268,7 +262,7 @@ int mma_tiles(const GemvArgs<T>& a) {
 template <typename T, int NT, Epilogue E>
 void launch_mma_nt(const GemvArgs<T>& a, cudaStream_t stream) {
   const int tiles = mma_tiles<T, E>(a), warps = mma_warps(tiles, a.K / kMmaK);
-  constexpr bool kNorm = E == Epilogue::kSiluMul || E == Epilogue::kQkvRope;
+  constexpr bool kNorm = has_norm(E);
   const size_t smem = static_cast<size_t>(warps) * NT * 4 * 32 * sizeof(float) +
                       (kNorm ? static_cast<size_t>(a.K) * sizeof(T) : 0);
   if (smem > 40 * 1024) {  // near the 48 KiB default (static smem counts too): opt in
