@@ -54,6 +54,10 @@ TORCH_LIBRARY(vgraph_C, m) {
   // never) and cuBLAS otherwise; the CPU always runs the unfused sequence.
   // out [num_tokens, N] = x W^T, in x's dtype or float32 (logits: rounded to x's dtype first).
   m.def("linear_out(Tensor(a!) out, Tensor x, Tensor weight, int? max_gemv_tokens=None) -> ()");
+  // out = linear_out(rms_norm(hidden)): the final norm and the LM head.
+  m.def(
+      "rms_norm_linear_out(Tensor(a!) out, Tensor hidden, Tensor norm_weight, float eps, "
+      "Tensor weight, int? max_gemv_tokens=None) -> ()");
   // residual [num_tokens, N] = (x W^T).to(dtype) + residual, rounded (the residual-stream add).
   m.def(
       "linear_add_residual(Tensor(a!) residual, Tensor x, Tensor weight, "

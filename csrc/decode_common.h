@@ -1,4 +1,4 @@
-// The fused decode ops (linear_out, linear_add_residual, rms_norm_qkv_rope,
+// The fused decode ops (linear_out, rms_norm_linear_out, linear_add_residual, rms_norm_qkv_rope,
 // rms_norm_gate_up_silu): argument checks shared by the CPU and CUDA impls, and their unfused
 // path (norm kernel, library GEMM, rope / silu kernel), which the CPU always takes and CUDA takes
 // above the GEMV token threshold. Host code only.
@@ -60,6 +60,12 @@ void check_norm_prologue(const at::Tensor& hidden, const at::Tensor& norm_weight
   check_activation(hidden, "hidden");
   TORCH_CHECK(hidden.size(1) > 0, "hidden size must be > 0");
   check_norm_weight(norm_weight, hidden);
+}
+
+void check_rms_norm_linear_out(const at::Tensor& out, const at::Tensor& hidden,
+                               const at::Tensor& norm_weight, const at::Tensor& weight) {
+  check_norm_prologue(hidden, norm_weight);
+  check_linear_out(out, hidden, weight);
 }
 
 void check_rms_norm_qkv_rope(const at::Tensor& qkv, const at::Tensor& hidden,
@@ -128,6 +134,12 @@ struct Unfused {
     at::Tensor normed = at::empty(hidden.sizes(), hidden.options());  // [M, K]
     Ops::rms_norm(normed, hidden, norm_weight, eps);
     return normed;
+  }
+
+  static void rms_norm_linear_out(at::Tensor& out, const at::Tensor& hidden,
+                                  const at::Tensor& norm_weight, double eps,
+                                  const at::Tensor& weight) {
+    linear_out(out, norm(hidden, norm_weight, eps), weight);
   }
 
   static void rms_norm_qkv_rope(at::Tensor& qkv, const at::Tensor& hidden,

@@ -19,6 +19,13 @@ void linear_out_cpu(at::Tensor& out, const at::Tensor& x, const at::Tensor& weig
   CpuPath::linear_out(out, x, weight);
 }
 
+void rms_norm_linear_out_cpu(at::Tensor& out, const at::Tensor& hidden,
+                             const at::Tensor& norm_weight, double eps, const at::Tensor& weight,
+                             std::optional<int64_t> /*max_gemv_tokens*/) {
+  check_rms_norm_linear_out(out, hidden, norm_weight, weight);
+  CpuPath::rms_norm_linear_out(out, hidden, norm_weight, eps, weight);
+}
+
 void linear_add_residual_cpu(at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight,
                              std::optional<int64_t> /*max_gemv_tokens*/) {
   check_linear_add_residual(residual, x, weight);
@@ -50,6 +57,7 @@ void rms_norm_gate_up_silu_cpu(at::Tensor& out, const at::Tensor& hidden,
 
 TORCH_LIBRARY_IMPL(vgraph_C, CPU, m) {
   m.impl("linear_out", &vgraph::linear_out_cpu);
+  m.impl("rms_norm_linear_out", &vgraph::rms_norm_linear_out_cpu);
   m.impl("linear_add_residual", &vgraph::linear_add_residual_cpu);
   m.impl("rms_norm_qkv_rope", &vgraph::rms_norm_qkv_rope_cpu);
   m.impl("rms_norm_gate_up_silu", &vgraph::rms_norm_gate_up_silu_cpu);

@@ -5,17 +5,18 @@
 // above the threshold, for float32 and for unaligned inputs, the unfused sequence
 // (decode_common.h: norm kernel, cuBLAS, rope / silu).
 //
-// CUDA-core kernel shape: a CTA (128 threads; at one token just enough whole warps to cover K,
-// gemv_threads) computes kRows = 2 output rows (a row pair for the paired epilogues: gate row i
-// with up row I + i; rotate-half partners j and j + head_size / 2 of a head) for every token. Its
+// CUDA-core kernel shape: 128 threads (at one token just enough whole warps to cover K,
+// gemv_threads) compute kRows = 2 output rows (a row pair for the paired epilogues: gate row i
+// with up row I + i; rotate-half partners j and j + head_size / 2 of a head) for every token; at
+// one token a CTA takes several such pairs where the grid would be large (pairs_per_cta). The
 // threads split K (16-byte vectors, so no cross-CTA split-K and no second launch), each keeps its
 // first kPreload weight vectors of both rows in registers, loaded BEFORE `griddepcontrol.wait`:
 // launched with programmatic stream serialization (PDL), the weight stream overlaps the previous
 // kernel's tail; so do the norm weight, the bias and the cos / sin rows. Activations and the
 // residual are read after the wait, together (L1/L2 hits, every CTA reads the same [M, K]); fp32
 // accumulation; a warp-shuffle (+ shared-memory) reduction; thread m writes token m's two outputs.
-// The grid depends only on N, the block on K and the token count, the template on the padded token
-// count: graph-safe. Numerics: every rounding point of the unfused
+// The grid depends only on N and K, the block on K and the token count, the template on the padded
+// token count: graph-safe. Numerics: every rounding point of the unfused
 // layers is kept (normed = (x * inv_rms).to(dtype), weight * normed rounded, projection rounded,
 // then the epilogue in float32 rounded once), so results differ from the unfused path only by fp32
 // summation order; except the residual ops, whose unfused form is one GEMM accumulating into the
@@ -55,6 +56,10 @@ using namespace gemv;  // NOLINT: this file is gemv's only client
 // with the tensor-core kernel's reduction spread over its warps; Llama-3.2-1B's QKV keeps the
 // unfused path at 16 tokens, where the suggestion's 3% per call turned into a slower layer stack),
 // Qwen3-0.6B from 2026-12-02-h200-latency/call1 (the kernels before that change: conservative).
+// kNormStore (the final norm + LM head) from 2026-12-02-h200-norm-head/call2: the one-token
+// CUDA-core kernel with packed row pairs against the norm kernel + cuBLAS, 25.5 / 26.1 us
+// (SmolLM2-135M), 128.7 / 135.8 (Llama-3.2-1B), 89.4 / 87.2 (Qwen3-0.6B, which keeps cuBLAS);
+// from two tokens on cuBLAS wins for all three.
 struct Threshold {
   Epilogue e;
   int64_t n, k, max_tokens, mma_from;
@@ -66,18 +71,21 @@ constexpr Threshold kThresholds[] = {
     {Epilogue::kSiluMul, 3072, 576, 32, 2},
     {Epilogue::kAddResidual, 576, 1536, 32, 2},
     {Epilogue::kStore, 49152, 576, 0, 1},
+    {Epilogue::kNormStore, 49152, 576, 1, 2},
     // Llama-3.2-1B
     {Epilogue::kQkvRope, 3072, 2048, 8, 2},
     {Epilogue::kAddResidual, 2048, 2048, 16, 4},
     {Epilogue::kSiluMul, 16384, 2048, 1, 2},
     {Epilogue::kAddResidual, 2048, 8192, 8, 2},
     {Epilogue::kStore, 128256, 2048, 2, 4},
+    {Epilogue::kNormStore, 128256, 2048, 1, 2},
     // Qwen3-0.6B
     {Epilogue::kQkvRope, 4096, 1024, 8, 2},
     {Epilogue::kAddResidual, 1024, 2048, 16, 4},
     {Epilogue::kSiluMul, 6144, 1024, 8, 2},
     {Epilogue::kAddResidual, 1024, 3072, 16, 4},
     {Epilogue::kStore, 151936, 1024, 8, 1},
+    {Epilogue::kNormStore, 151936, 1024, 0, 2},
 };
 
 const Threshold* find_threshold(Epilogue e, int64_t n, int64_t k) {
@@ -123,9 +131,9 @@ bool use_mma(Epilogue e, int64_t m, int64_t n, int64_t k, int64_t head_size) {
 
 // The chosen fused kernel on a's shape.
 template <typename T, Epilogue E>
-void launch_fused(const GemvArgs<T>& a, int cuda_core_grid, cudaStream_t stream) {
+void launch_fused(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream) {
   if (use_mma(E, a.num_tokens, a.N, a.K, a.head_size)) return launch_gemv_mma<T, E>(a, stream);
-  launch_gemv<T, E>(a, cuda_core_grid, stream);
+  launch_gemv<T, E>(a, num_pairs, stream);
 }
 
 template <typename T>
@@ -161,6 +169,27 @@ void linear_out_cuda(at::Tensor& out, const at::Tensor& x, const at::Tensor& wei
     a.out_stride = out.stride(0);
     a.out_float = out.scalar_type() == at::kFloat;
     launch_fused<scalar_t, Epilogue::kStore>(a, (a.N + kRows - 1) / kRows, stream);
+  });
+}
+
+void rms_norm_linear_out_cuda(at::Tensor& out, const at::Tensor& hidden,
+                              const at::Tensor& norm_weight, double eps, const at::Tensor& weight,
+                              std::optional<int64_t> max_gemv_tokens) {
+  check_rms_norm_linear_out(out, hidden, norm_weight, weight);
+  if (hidden.size(0) == 0 || weight.size(0) == 0) return;
+  const c10::cuda::CUDAGuard guard(hidden.device());
+  if (!use_gemv(Epilogue::kNormStore, hidden, weight, &norm_weight, max_gemv_tokens)) {
+    return CudaPath::rms_norm_linear_out(out, hidden, norm_weight, eps, weight);
+  }
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  VGRAPH_DISPATCH_16BIT(hidden.scalar_type(), "rms_norm_linear_out_cuda", [&] {
+    GemvArgs<scalar_t> a = base_args<scalar_t>(hidden, weight);
+    a.norm_weight = static_cast<const scalar_t*>(norm_weight.data_ptr());
+    a.eps = static_cast<float>(eps);
+    a.out = out.data_ptr();
+    a.out_stride = out.stride(0);
+    a.out_float = out.scalar_type() == at::kFloat;
+    launch_fused<scalar_t, Epilogue::kNormStore>(a, (a.N + kRows - 1) / kRows, stream);
   });
 }
 
@@ -244,6 +273,7 @@ void rms_norm_gate_up_silu_cuda(at::Tensor& out, const at::Tensor& hidden,
 
 TORCH_LIBRARY_IMPL(vgraph_C, CUDA, m) {
   m.impl("linear_out", &vgraph::linear_out_cuda);
+  m.impl("rms_norm_linear_out", &vgraph::rms_norm_linear_out_cuda);
   m.impl("linear_add_residual", &vgraph::linear_add_residual_cuda);
   m.impl("rms_norm_qkv_rope", &vgraph::rms_norm_qkv_rope_cuda);
   m.impl("rms_norm_gate_up_silu", &vgraph::rms_norm_gate_up_silu_cuda);

@@ -121,6 +121,12 @@ def _register_fakes() -> None:
     def _linear_out_fake(out, x, weight, max_gemv_tokens=None) -> None:
         return None
 
+    @torch.library.register_fake("vgraph_C::rms_norm_linear_out")
+    def _rms_norm_linear_out_fake(
+        out, hidden, norm_weight, eps, weight, max_gemv_tokens=None
+    ) -> None:
+        return None
+
     @torch.library.register_fake("vgraph_C::linear_add_residual")
     def _linear_add_residual_fake(residual, x, weight, max_gemv_tokens=None) -> None:
         return None

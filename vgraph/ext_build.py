@@ -44,6 +44,7 @@ CUDA_SOURCES = [
     "decode_gemv_residual.cu",
     "decode_gemv_silu.cu",
     "decode_gemv_qkv.cu",
+    "decode_gemv_norm_store.cu",
     "sampling_cuda.cu",
 ]
 

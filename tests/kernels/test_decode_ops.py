@@ -1,9 +1,10 @@
-"""The fused decode ops of vgraph._C (linear_out, linear_add_residual, rms_norm_qkv_rope,
-rms_norm_gate_up_silu) against a float32 torch reference (relative norm), on the shapes of the
-three shipped configs and odd token counts; on CUDA also the GEMV path against the op's own unfused
-cuBLAS path (nearly bit-equal: only the fp32 summation order differs), the token threshold, a chain
-of the ops captured in one CUDA graph (programmatic dependent launch inside) replayed with new
-inputs, and the ops under torch.compile. CPU always, CUDA under the `gpu` marker.
+"""The fused decode ops of vgraph._C (linear_out, rms_norm_linear_out, linear_add_residual,
+rms_norm_qkv_rope, rms_norm_gate_up_silu) against a float32 torch reference (relative norm), on
+the shapes of the three shipped configs and odd token counts; on CUDA also the GEMV path against
+the op's own unfused cuBLAS path (nearly bit-equal: only the fp32 summation order differs), the
+token threshold, a chain of the ops captured in one CUDA graph (programmatic dependent launch
+inside) replayed with new inputs, row pairs packed several to a CTA at one token (bit-equal to a
+CTA per pair), and the ops under torch.compile. CPU always, CUDA under the `gpu` marker.
 """
 
 from __future__ import annotations
@@ -144,6 +145,14 @@ def run_linear_out(c: Case, out_dtype: torch.dtype, max_tokens: int | None) -> t
     return out
 
 
+def run_norm_linear_out(c: Case, out_dtype: torch.dtype, max_tokens: int | None) -> torch.Tensor:
+    w = c.w_gu[:4096]  # an LM head slice, after the final norm
+    out = torch.full((c.hidden_x.shape[0], w.shape[0]), float("nan"), dtype=out_dtype,
+                     device=w.device)  # fmt: skip
+    OPS.rms_norm_linear_out(out, c.hidden_x, c.norm_w, EPS, w, max_tokens)
+    return out
+
+
 def path_runs(c: Case) -> list[Callable[[int | None], torch.Tensor]]:
     """Each op of a Case as a function of max_gemv_tokens."""
     return [
@@ -153,6 +162,8 @@ def path_runs(c: Case) -> list[Callable[[int | None], torch.Tensor]]:
         lambda m: run_residual(c, c.attn_x, c.w_o, m),
         lambda m: run_residual(c, c.act_x, c.w_down, m),
         lambda m: run_linear_out(c, torch.float32, m),
+        lambda m: run_norm_linear_out(c, torch.float32, m),
+        lambda m: run_norm_linear_out(c, c.hidden_x.dtype, m),
     ]
 
 
@@ -179,6 +190,8 @@ def test_ops_match_float32_reference(shape: str, num_tokens: int, device: str) -
         for out_dtype in (dtype, torch.float32):
             ref = c.hidden_x.float() @ c.w_gu[:4096].float().T
             assert rel_err(run_linear_out(c, out_dtype, None), ref) < tol
+            ref = norm_ref(c.hidden_x, c.norm_w) @ c.w_gu[:4096].float().T
+            assert rel_err(run_norm_linear_out(c, out_dtype, None), ref) < tol
 
 
 @pytest.mark.parametrize("device", [CUDA])
@@ -205,6 +218,36 @@ def test_gemv_path_matches_unfused_path(
                 continue
             exact = (fast == slow).float().mean().item()
             assert exact > 0.8, (i, dtype, exact)
+
+
+@pytest.mark.parametrize("device", [CUDA])
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_row_pairs_packed_per_cta_are_bit_equal(
+    shape: str, device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At one token the CUDA-core kernel may give a CTA several row pairs, each on warps of its
+    own: every packing (VGRAPH_GEMV_PAIRS caps it; the launcher's own choice included) writes the
+    bits of a CTA per pair, also where the last CTA has spare pair slots (N = 4101: 2051 pairs)
+    and nothing past N."""
+    monkeypatch.setenv("VGRAPH_GEMV", "cuda_core")
+    dtype = torch.bfloat16
+    c = Case(shape, 1, dtype, device)
+    w = rand(4101, c.hidden, device=device, dtype=dtype, seed=11, scale=c.hidden**-0.5)
+
+    def run() -> list[torch.Tensor]:
+        out = torch.full((1, 4104), float("nan"), dtype=torch.float32, device=device)
+        OPS.rms_norm_linear_out(out[:, :4101], c.hidden_x, c.norm_w, EPS, w, 1)
+        assert torch.isnan(out[:, 4101:]).all()
+        return [out] + [r(1) for r in path_runs(c)]
+
+    monkeypatch.setenv("VGRAPH_GEMV_PAIRS", "1")
+    one_pair = run()
+    ref = norm_ref(c.hidden_x, c.norm_w) @ w.float().T
+    assert rel_err(one_pair[0][:, :4101], ref) < REL_TOL[dtype]
+    for pairs in ("2", "3", "4", ""):  # "": the launcher's choice
+        monkeypatch.setenv("VGRAPH_GEMV_PAIRS", pairs)
+        for got, want in zip(run(), one_pair):  # bit-equal (NaN past N in both)
+            torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
 
 
 @pytest.mark.parametrize("device", [CUDA])
@@ -241,6 +284,7 @@ def test_cuda_graph_chain_with_pdl_replays_new_inputs(device: str) -> None:
     act = torch.empty(num_tokens, c.inter, dtype=dtype, device=device)
     lm_head = c.w_gu[:4096]  # [<= 4096, hidden]: an LM head slice
     logits = torch.empty(num_tokens, lm_head.shape[0], dtype=torch.float32, device=device)
+    head = torch.empty_like(logits)  # the final norm + LM head
 
     def layer() -> None:
         OPS.rms_norm_qkv_rope(qkv, residual, c.norm_w, EPS, c.w_qkv, None, positions, c.cache,
@@ -249,6 +293,7 @@ def test_cuda_graph_chain_with_pdl_replays_new_inputs(device: str) -> None:
         OPS.rms_norm_gate_up_silu(act, residual, c.norm_w, EPS, c.w_gu)
         OPS.linear_add_residual(residual, act, c.w_down)
         OPS.linear_out(logits, residual, lm_head)
+        OPS.rms_norm_linear_out(head, residual, c.norm_w, EPS, lm_head)
 
     residual.copy_(c.residual), positions.copy_(c.positions)
     layer()  # warm-up outside the capture
@@ -264,11 +309,11 @@ def test_cuda_graph_chain_with_pdl_replays_new_inputs(device: str) -> None:
         want = []
         for _ in range(3):
             layer()
-            want = [t.clone() for t in (qkv, act, residual, logits)]
+            want = [t.clone() for t in (qkv, act, residual, logits, head)]
         residual.copy_(start)
         graph.replay()
         torch.cuda.synchronize()
-        for got, ref in zip((qkv, act, residual, logits), want):
+        for got, ref in zip((qkv, act, residual, logits, head), want):
             assert torch.equal(got, ref)  # same kernels, same order: bit-equal
 
 
@@ -317,6 +362,10 @@ def test_bad_arguments_are_rejected() -> None:
         OPS.linear_add_residual(torch.empty(3, 7), c.attn_x, c.w_o)
     with pytest.raises(RuntimeError, match="out dtype"):
         OPS.linear_out(torch.empty(3, c.inter * 2, dtype=torch.int32), c.hidden_x, c.w_gu)
+    with pytest.raises(RuntimeError, match="weight must be \\[hidden = 200\\]"):
+        OPS.rms_norm_linear_out(torch.empty(3, c.inter * 2), c.hidden_x, c.norm_w[:7], EPS, c.w_gu)
+    with pytest.raises(RuntimeError, match="out must be \\[3, 528\\]"):
+        OPS.rms_norm_linear_out(torch.empty(3, 7), c.hidden_x, c.norm_w, EPS, c.w_gu)
 
 
 @pytest.mark.parametrize("device", [CUDA])

@@ -8,9 +8,10 @@ On CUDA with a CUDA build of vgraph._C that has the fused decode ops, every laye
 ops around attention, and the residual stream is one tensor that the O and down projections add
 into in place (the values of fused_add_rms_norm, one launch fewer per add):
   rms_norm_qkv_rope -> attention -> linear_add_residual (O) -> rms_norm_gate_up_silu ->
-  linear_add_residual (down); after the last layer the final RMSNorm, and the LM head is linear_out
-  writing float32 logits. Each op runs GEMV kernels for small token counts and cuBLAS above
-  (decided inside the op, so one traced graph serves every size). The KV-cache write stays with
+  linear_add_residual (down); after the last layer the model returns the residual stream and the
+  final RMSNorm is the prologue of the LM head, rms_norm_linear_out writing float32 logits. Each
+  op runs GEMV kernels for small token counts and cuBLAS above (decided inside the op, so one
+  traced graph serves every size). The KV-cache write stays with
   the attention layer (the cache is no tensor of the traced model); the csrc backend does it in
   its attention launch. Elsewhere (the CPU) the torch code below, the oracle compared with
   transformers.
@@ -182,6 +183,11 @@ class LlamaModel(nn.Module):
         )
         self.norm = RMSNorm(cfg["hidden_size"], cfg.get("rms_norm_eps", 1e-6))
         self.fused: bool | None = None  # fused decode ops or torch code; decided at the first call
+        self.norm_in_head = False  # on the fused path: from final_norm_in_head at the first call
+
+    # On the fused path, the final norm as the LM head's prologue (rms_norm_linear_out); off: its
+    # own kernel before linear_out (for comparisons).
+    final_norm_in_head = True
 
     def use_fused_ops(self, x: torch.Tensor) -> bool:
         """The fused decode ops: on CUDA with a build that has them (the CPU keeps the torch code),
@@ -203,10 +209,13 @@ class LlamaModel(nn.Module):
         hidden = self.embed_tokens(input_ids)  # [T, hidden]
         if self.fused is None:
             self.fused = self.use_fused_ops(hidden)
+            self.norm_in_head = self.fused and self.final_norm_in_head
         if self.fused:
             residual = hidden  # the residual stream: every layer adds into it in place
             for layer in self.layers:
                 layer.forward_fused(positions, residual)
+            if self.norm_in_head:
+                return residual  # the final norm is the LM head's prologue (compute_logits)
             return self.norm(residual)
         residual = None
         for layer in self.layers:
@@ -229,18 +238,25 @@ class LlamaForCausalLM(nn.Module):
             self.lm_head = ParallelLMHead(cfg["vocab_size"], cfg["hidden_size"])
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """input_ids, positions: [T] -> hidden states [T, hidden_size]."""
+        """input_ids, positions: [T] -> hidden states [T, hidden_size], for compute_logits (on the
+        fused path the residual stream before the final norm, which compute_logits applies)."""
         return self.model(input_ids, positions)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden: [R, hidden_size] -> float32 logits [R, vocab_size]."""
+        """hidden: [R, hidden_size] rows of forward's output -> float32 logits [R, vocab_size]."""
         head = self.model.embed_tokens if self.tie_word_embeddings else self.lm_head
         weight = head.weight
-        if self.model.fused:  # one GEMV writing float32 logits (rounded to the dtype first)
+        if self.model.fused:  # final norm + LM head in one op (logits rounded to the dtype first)
             logits = torch.empty(
                 hidden.shape[0], weight.shape[0], dtype=torch.float32, device=hidden.device
             )
-            torch.ops.vgraph_C.linear_out(logits, hidden, weight)
+            if self.model.norm_in_head:
+                norm = self.model.norm
+                torch.ops.vgraph_C.rms_norm_linear_out(
+                    logits, hidden, norm.weight, norm.eps, weight
+                )
+            else:
+                torch.ops.vgraph_C.linear_out(logits, hidden, weight)
             return logits
         return vocab_parallel_logits(hidden, head)
 
