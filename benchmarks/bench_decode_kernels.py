@@ -8,9 +8,11 @@ replays):
       o       linear_add_residual   vs F.linear(o) (its add sits in the next fused_add_rms_norm)
       gate_up rms_norm_gate_up_silu vs fused_add_rms_norm + F.linear(gate_up) + silu_and_mul
       down    linear_add_residual   vs F.linear(down)
-      lm_head linear_out (float32)  vs F.linear(lm_head).float()   (one call, not a chain)
+      lm_head rms_norm_linear_out (float32) vs rms_norm + F.linear(lm_head).float() (one call)
     "cuda_core" and "mma" force a fused kernel (max_gemv_tokens=32 with VGRAPH_GEMV=cuda_core or
-    =mma: the CUDA-core GEMV or the tensor-core one), "auto" uses the op's per-shape table;
+    =mma: the CUDA-core GEMV or the tensor-core one), "auto" uses the op's per-shape table; at one
+    token "one_pair" is the CUDA-core kernel with a CTA per row pair (VGRAPH_GEMV_PAIRS=1), against
+    which "cuda_core" packs as many pairs into a CTA as its launcher picks;
   - the whole layer stack without attention: 4 fused ops per layer vs today's 8 launches.
 Also prints, per op, the largest M up to which a fused kernel beats the unfused sequence and the
 smallest M from which the tensor-core kernel beats the CUDA-core one: the per-shape table in
@@ -109,7 +111,9 @@ class Model:
             "down": lambda i: OPS.linear_add_residual(res, self.act[:m], self.w_down[i], limit),
         }
         if op == "lm_head":
-            return lambda: OPS.linear_out(self.logits[:m], x, self.w_lm, limit)
+            return lambda: OPS.rms_norm_linear_out(
+                self.logits[:m], x, self.norm_w[0], EPS, self.w_lm, limit
+            )
         return chain(calls[op], self.layers)
 
     # ---- the same op, as today's model runs it ---------------------------------------------------
@@ -137,8 +141,13 @@ class Model:
             "gate_up": gate_up,
             "down": lambda i: F.linear(self.act[:m], self.w_down[i]),
         }
+
+        def lm_head() -> None:
+            OPS.rms_norm(h, x, self.norm_w[0], EPS)
+            F.linear(h, self.w_lm).float()
+
         if op == "lm_head":
-            return lambda: F.linear(x, self.w_lm).float()
+            return lm_head
         return chain(calls[op], self.layers)
 
     # ---- the layer stack without attention ---------------------------------------------------
@@ -151,13 +160,17 @@ class Model:
 KERNELS = ("cuda_core", "mma")
 
 
-def timed_with(kernel: str, step: Callable[[], None], calls: int, replays: int) -> float:
-    """time_graph with VGRAPH_GEMV=kernel while the graph is captured (the op reads it then)."""
-    os.environ["VGRAPH_GEMV"] = kernel
+def timed_with(kernel: str, step: Callable[[], None], calls: int, replays: int,
+               pairs: str | None = None) -> float:  # fmt: skip
+    """time_graph with VGRAPH_GEMV=kernel (and VGRAPH_GEMV_PAIRS=pairs) while the graph is captured
+    (the op reads them then)."""
+    env = {"VGRAPH_GEMV": kernel} | ({"VGRAPH_GEMV_PAIRS": pairs} if pairs else {})
+    os.environ.update(env)
     try:
         return time_graph(step, calls, replays)
     finally:
-        del os.environ["VGRAPH_GEMV"]
+        for key in env:
+            del os.environ[key]
 
 
 def suggest(rows: list[dict], op: str) -> dict:
@@ -195,6 +208,9 @@ def main() -> int:
                 for kernel in KERNELS:
                     row[f"{kernel}_us"] = timed_with(kernel, model.fused(op, m, 32), calls,
                                                      args.replays)  # fmt: skip
+                if m == 1:
+                    row["one_pair_us"] = timed_with("cuda_core", model.fused(op, m, 32), calls,
+                                                    args.replays, pairs="1")  # fmt: skip
                 row["auto_us"] = time_graph(model.fused(op, m, None), calls, args.replays)
                 row["unfused_us"] = time_graph(model.unfused(op, m), calls, args.replays)
                 rows.append(row)
@@ -210,11 +226,12 @@ def main() -> int:
         torch.cuda.empty_cache()
 
     print(f"\nper call, us (median of {args.replays} graph replays; PDL {'on' if pdl else 'off'})")
-    head = f"{'cuda_core':>10} {'mma':>8} {'auto':>8} {'unfused':>8}"
+    head = f"{'one_pair':>9} {'cuda_core':>10} {'mma':>8} {'auto':>8} {'unfused':>8}"
     print(f"{'config':14} {'op':8} {'M':>3} {head} {'x':>6}")
     for r in rows:
         best = min(r["cuda_core_us"], r["mma_us"])
-        print(f"{r['config']:14} {r['op']:8} {r['m']:3d} {r['cuda_core_us']:10.2f} "
+        one = f"{r['one_pair_us']:9.2f}" if "one_pair_us" in r else f"{'-':>9}"
+        print(f"{r['config']:14} {r['op']:8} {r['m']:3d} {one} {r['cuda_core_us']:10.2f} "
               f"{r['mma_us']:8.2f} {r['auto_us']:8.2f} {r['unfused_us']:8.2f} "
               f"{r['unfused_us'] / best:6.2f}")  # fmt: skip
     print("\nlayer stack without attention, us per step")

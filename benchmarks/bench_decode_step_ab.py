@@ -9,9 +9,11 @@ a separate cache-write launch per layer, as before the append), `torch` (LlamaMo
 off: norm, cuBLAS, rope / silu kernels), `chunk128` / `chunk256` (the attention's smallest
 context partition at 128 / 256 positions instead of 64, VGRAPH_ATTN_MIN_CHUNK), `copy_outside`
 (the step's input copy launched by the host before the replay, not recorded as the FULL graph's
-first node: ModelRunner.full_graphs_copy_inputs off). Arguments after
-`--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16 --context-len 1024; one mode);
---out-dir gets one JSON per model and a summary.
+first node: ModelRunner.full_graphs_copy_inputs off), `one_pair` (the one-token CUDA-core GEMV
+with a CTA per row pair, VGRAPH_GEMV_PAIRS=1, where its launcher packs several), `norm_apart`
+(the final norm in its own kernel before linear_out: LlamaModel.final_norm_in_head off).
+Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
+--context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 
     VGRAPH_ENABLE_MULTIPROCESSING=0 python benchmarks/bench_decode_step_ab.py \
         --models SmolLM2-135M Llama-3.2-1B --out-dir /tmp/ab -- --modes FULL --batch-sizes 1 16
@@ -43,12 +45,23 @@ from vgraph.bench.step import (
 from vgraph.models.llama import LlamaModel
 from vgraph.worker.model_runner import ModelRunner
 
-VARIANTS = ("fused", "cuda_core", "no_append", "torch", "chunk128", "chunk256", "copy_outside")
+VARIANTS = (
+    "fused",
+    "cuda_core",
+    "no_append",
+    "torch",
+    "chunk128",
+    "chunk256",
+    "copy_outside",
+    "one_pair",
+    "norm_apart",
+)
 # Switches the csrc ops read at each launch (so at capture): the variant's, while it starts.
 VARIANT_ENV = {
     "cuda_core": {"VGRAPH_GEMV": "cuda_core"},
     "chunk128": {"VGRAPH_ATTN_MIN_CHUNK": "128"},
     "chunk256": {"VGRAPH_ATTN_MIN_CHUNK": "256"},
+    "one_pair": {"VGRAPH_GEMV_PAIRS": "1"},
 }
 
 
@@ -58,7 +71,7 @@ def variant_switches(variant: str) -> Iterator[None]:
     decides on the fused ops at its first forward, a captured graph keeps the attention form, a
     runner reads its input-copy switch when built."""
     fused_ops, appends = LlamaModel.use_fused_ops, CsrcAttentionImpl.appends_kv
-    copy_in_graph = ModelRunner.full_graphs_copy_inputs
+    copy_in_graph, norm_in_head = ModelRunner.full_graphs_copy_inputs, LlamaModel.final_norm_in_head
     env = VARIANT_ENV.get(variant, {})
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -68,11 +81,14 @@ def variant_switches(variant: str) -> Iterator[None]:
         CsrcAttentionImpl.appends_kv = False
     if variant == "copy_outside":
         ModelRunner.full_graphs_copy_inputs = False
+    if variant == "norm_apart":
+        LlamaModel.final_norm_in_head = False
     try:
         yield
     finally:
         LlamaModel.use_fused_ops, CsrcAttentionImpl.appends_kv = fused_ops, appends
         ModelRunner.full_graphs_copy_inputs = copy_in_graph
+        LlamaModel.final_norm_in_head = norm_in_head
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
