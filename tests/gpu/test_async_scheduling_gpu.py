@@ -1,6 +1,9 @@
 """Async scheduling on CUDA (bf16, dummy weights): the same tokens as synchronous scheduling for
-the three shipped architectures on FULL graphs (greedy and seeded sampling), and for the default
-model with the default graph mode and capture list, the engine core in its own process (greedy).
+the three shipped architectures on FULL graphs (greedy, seeded sampling, and greedy through every
+logits processor: penalties, logit_bias, allowed lists, min_tokens, whose entries of a pending
+output the device fills, and bad words, whose sampling waits for the step before), and for the
+default model with the default graph mode and capture list, the engine core in its own process
+(greedy, plain and through the processors).
 Prompts of several lengths, so prefills and decodes mix and the batch shrinks as requests end.
 
 With ignore_eos and max_tokens every step holds the same requests in both engines (the async
@@ -27,6 +30,21 @@ pytestmark = [
 ]
 
 
+def processed(n: int) -> list[SamplingParams]:
+    """Greedy requests through each logits processor (n of them, cycling)."""
+    base = {"temperature": 0, "max_tokens": 24, "ignore_eos": True}
+    kinds = [
+        SamplingParams(**base, presence_penalty=1.0),
+        SamplingParams(**base, frequency_penalty=0.8, logit_bias={3: 1.5, 7: -2.0}),
+        SamplingParams(**base, repetition_penalty=1.4),
+        SamplingParams(**base, allowed_token_ids=list(range(100, 140))),
+        SamplingParams(temperature=0, max_tokens=16, min_tokens=8),
+        SamplingParams(**base, bad_words_token_ids=[[101], [5, 6]]),
+        SamplingParams(**base),
+    ]
+    return [kinds[i % len(kinds)] for i in range(n)]
+
+
 def generate(
     name: str, async_scheduling: bool, seeded: bool = True, **kwargs
 ) -> list[list[list[int]]]:
@@ -49,6 +67,7 @@ def generate(
         runs = [llm.generate(prompts, greedy, use_tqdm=False)]
         if seeded:
             runs.append(llm.generate(prompts, sampled, use_tqdm=False))
+        runs.append(llm.generate(prompts, processed(len(prompts)), use_tqdm=False))
         return [[o.outputs[0].token_ids for o in outs] for outs in runs]
     finally:
         llm.shutdown()
@@ -63,6 +82,7 @@ def test_async_equals_sync_on_full_graphs(name: str) -> None:
     sync = generate(name, False, multiprocess=False, compilation_config=cc)
     assert generate(name, True, multiprocess=False, compilation_config=cc) == sync
     assert [len(t) for t in sync[0]] == [40, 3, 25, 60, 1, 17, 33]
+    assert set(sync[2][3]) <= set(range(100, 140))  # the allowed list held
 
 
 def test_async_equals_sync_default_model_default_graphs() -> None:
