@@ -11,7 +11,10 @@ context partition at 128 / 256 positions instead of 64, VGRAPH_ATTN_MIN_CHUNK), 
 (the step's input copy launched by the host before the replay, not recorded as the FULL graph's
 first node: ModelRunner.full_graphs_copy_inputs off), `one_pair` (the one-token CUDA-core GEMV
 with a CTA per row pair, VGRAPH_GEMV_PAIRS=1, where its launcher packs several), `norm_apart`
-(the final norm in its own kernel before linear_out: LlamaModel.final_norm_in_head off).
+(the final norm in its own kernel before linear_out: LlamaModel.final_norm_in_head off),
+`attn_gt1` / `attn_gt2` / `attn_gt8` (attention with at most 1 / 2 / 8 query heads a CTA,
+VGRAPH_ATTN_GROUP_HEADS), `attn_split` (attention splits every context longer than its smallest
+partition, VGRAPH_ATTN_ONE_PART_ITERS=0).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 
@@ -55,6 +58,10 @@ VARIANTS = (
     "copy_outside",
     "one_pair",
     "norm_apart",
+    "attn_gt1",
+    "attn_gt2",
+    "attn_gt8",
+    "attn_split",
 )
 # Switches the csrc ops read at each launch (so at capture): the variant's, while it starts.
 VARIANT_ENV = {
@@ -62,6 +69,10 @@ VARIANT_ENV = {
     "chunk128": {"VGRAPH_ATTN_MIN_CHUNK": "128"},
     "chunk256": {"VGRAPH_ATTN_MIN_CHUNK": "256"},
     "one_pair": {"VGRAPH_GEMV_PAIRS": "1"},
+    "attn_gt1": {"VGRAPH_ATTN_GROUP_HEADS": "1"},
+    "attn_gt2": {"VGRAPH_ATTN_GROUP_HEADS": "2"},
+    "attn_gt8": {"VGRAPH_ATTN_GROUP_HEADS": "8"},
+    "attn_split": {"VGRAPH_ATTN_ONE_PART_ITERS": "0"},
 }
 
 

@@ -52,10 +52,12 @@ constexpr int kTokensPerLane = 4;     // consecutive positions per token lane pe
 constexpr int kStages = 3;            // cp.async pipeline depth: 48 KiB smem, 4 CTAs per SM
 constexpr int kMinChunk = 64;         // smallest partition, in positions (VGRAPH_ATTN_MIN_CHUNK)
 constexpr int kOnePartIters = 4;      // a context of at most this many iterations is not split
+                                      // (VGRAPH_ATTN_ONE_PART_ITERS)
 constexpr int kMaxChunk = 8192;       // longest partition a long context is cut into
 constexpr int kMaxParts = 512;        // bound on partitions (the merge keeps weights in smem)
 constexpr int64_t kMaxWorkspaceBytes = 64 << 20;  // bound on the partials of one call
 constexpr int64_t kMinCounters = 4096;            // first size of a device's counter buffer
+constexpr int kMaxGroupHeads = 8;     // query heads per CTA, at most (VGRAPH_ATTN_GROUP_HEADS)
 
 struct AttnParams {
   void* out;                     // [num_tokens, num_heads, head_dim] (strided rows)
@@ -77,6 +79,7 @@ struct AttnParams {
   int64_t q_tok_stride, q_head_stride, o_tok_stride, o_head_stride, bt_stride;
   int num_heads, num_kv_heads, num_reqs, max_blocks, log2_block_size, num_parts, group;
   int min_chunk;                 // smallest partition, in positions (min_chunk())
+  int one_part;                  // a context of at most this many positions is not split
   float scale_log2;              // softmax scale * log2(e): scores live in log2 units
 };
 
@@ -358,8 +361,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
     ctx = max(0, min(ctx, p.max_blocks << p.log2_block_size));
   }
   int chunk, used;
-  split_context(ctx, p.num_parts, p.log2_block_size, p.min_chunk, kOnePartIters * TPI, chunk,
-                used);
+  split_context(ctx, p.num_parts, p.log2_block_size, p.min_chunk, p.one_part, chunk, used);
   if (used > 0 && part >= used) return;  // past the end (never the appending CTA: part 0)
   const int start = part * chunk;
   const int end = min(start + chunk, ctx);
@@ -603,15 +605,23 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
   if (s_last) merge_partials<scalar_t, HEAD_DIM, GT>(p, t, h0, used, out, smem);
 }
 
+// A measurement switch, read at each launch (a graph keeps the value it was captured with), so
+// variants can share a process: `fallback` when `name` is unset, else an integer in [lo, hi].
+int env_int(const char* name, int fallback, int lo, int hi) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || v[0] == '\0') return fallback;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  TORCH_CHECK(*end == '\0' && n >= lo && n <= hi, name, " must be an integer in [", lo, ", ", hi,
+              "], got ", v);
+  return static_cast<int>(n);
+}
+
 // The smallest partition: kMinChunk, or VGRAPH_ATTN_MIN_CHUNK (a multiple of 16, for
-// measurements): short contexts cost a merge when split, long ones need the parallelism. Read at
-// each launch (a graph keeps the value it was captured with), so variants can share a process.
+// measurements): short contexts cost a merge when split, long ones need the parallelism.
 int min_chunk() {
-  const char* v = std::getenv("VGRAPH_ATTN_MIN_CHUNK");
-  if (v == nullptr || v[0] == '\0') return kMinChunk;
-  const int n = std::atoi(v);
-  TORCH_CHECK(n >= 16 && n % 16 == 0 && n <= kMaxChunk, "VGRAPH_ATTN_MIN_CHUNK must be a multiple "
-              "of 16 in [16, ", kMaxChunk, "], got ", v);
+  const int n = env_int("VGRAPH_ATTN_MIN_CHUNK", kMinChunk, 16, kMaxChunk);
+  TORCH_CHECK(n % 16 == 0, "VGRAPH_ATTN_MIN_CHUNK must be a multiple of 16, got ", n);
   return n;
 }
 
@@ -686,6 +696,7 @@ void launch(const AttentionShape& s, AttnParams p, const at::Tensor& query, cuda
     return static_cast<int64_t>(std::max(per_sm, 1)) * num_sms;
   }();
   const int64_t num_groups = s.num_heads / GT;
+  p.one_part = env_int("VGRAPH_ATTN_ONE_PART_ITERS", kOnePartIters, 0, 64) * Cfg::kTokensPerIter;
   p.num_parts = choose_num_parts(s, num_groups, resident_ctas, p.min_chunk);
   at::Tensor workspace;  // one allocation for the partials: static sizes for a given shape
   if (p.num_parts > 1) {
@@ -705,13 +716,20 @@ void launch(const AttentionShape& s, AttnParams p, const at::Tensor& query, cuda
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
 }
 
+// Query heads per CTA, at most: VGRAPH_ATTN_GROUP_HEADS (for measurements), else kMaxGroupHeads.
+int max_group_heads(const AttentionShape& s) {
+  return env_int("VGRAPH_ATTN_GROUP_HEADS", kMaxGroupHeads, 1, 8);
+}
+
 template <typename scalar_t, int HEAD_DIM>
 void dispatch_group(const AttentionShape& s, const AttnParams& p, const at::Tensor& query,
                     cudaStream_t stream) {
-  // GT = the largest of 8, 4, 2, 1 dividing the GQA ratio: K/V are read once per GT query heads.
-  if (p.group % 8 == 0) return launch<scalar_t, HEAD_DIM, 8>(s, p, query, stream);
-  if (p.group % 4 == 0) return launch<scalar_t, HEAD_DIM, 4>(s, p, query, stream);
-  if (p.group % 2 == 0) return launch<scalar_t, HEAD_DIM, 2>(s, p, query, stream);
+  // GT = the largest of 8, 4, 2, 1 dividing the GQA ratio and at most max_group_heads(): K/V are
+  // read once per GT query heads, and a CTA computes its GT heads' scores side by side.
+  const int cap = max_group_heads(s);
+  if (p.group % 8 == 0 && cap >= 8) return launch<scalar_t, HEAD_DIM, 8>(s, p, query, stream);
+  if (p.group % 4 == 0 && cap >= 4) return launch<scalar_t, HEAD_DIM, 4>(s, p, query, stream);
+  if (p.group % 2 == 0 && cap >= 2) return launch<scalar_t, HEAD_DIM, 2>(s, p, query, stream);
   return launch<scalar_t, HEAD_DIM, 1>(s, p, query, stream);
 }
 

@@ -315,6 +315,52 @@ def test_cuda_decode_partitions(num_reqs: int, seq_len: int, max_blocks: int, ap
     not (torch.cuda.is_available() and has_cuda_kernels()),
     reason="needs a GPU and a CUDA build of vgraph._C",
 )
+@pytest.mark.parametrize("group_heads", ["1", "2", "4", "8"])
+@pytest.mark.parametrize("one_part_iters", ["0", "4"])
+@pytest.mark.parametrize(("kind", "head_dim"), [("decode", 64), ("mixed", 128)])
+def test_cuda_group_heads_and_one_part_switches(
+    monkeypatch, group_heads: str, one_part_iters: str, kind: str, head_dim: int
+) -> None:
+    """Every query-head grouping the launcher can pick (VGRAPH_ATTN_GROUP_HEADS caps it) and
+    every split of short contexts (VGRAPH_ATTN_ONE_PART_ITERS=0 splits any context longer than
+    the smallest partition) give the reference's rows, with the append."""
+    monkeypatch.setenv("VGRAPH_ATTN_GROUP_HEADS", group_heads)
+    monkeypatch.setenv("VGRAPH_ATTN_ONE_PART_ITERS", one_part_iters)
+    reqs = BATCHES[kind] + [(1, 200), (1, 130)]
+    b = make_batch(reqs, 8, head_dim, 16, torch.bfloat16, "cuda", seed=int(group_heads) + head_dim)
+    kv_ref = b.kv_cache.clone()
+    out = torch.full_like(b.query, float("nan"))
+    run_op(b, out, append=True)
+    ref = run_ref(b, kv_ref)
+    assert torch.equal(b.kv_cache, kv_ref), "the cache write differs from the reference"
+    check(out, ref, b.pad_rows)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not (torch.cuda.is_available() and has_cuda_kernels()),
+    reason="needs a GPU and a CUDA build of vgraph._C",
+)
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("VGRAPH_ATTN_GROUP_HEADS", "0"),
+        ("VGRAPH_ATTN_ONE_PART_ITERS", "x"),
+        ("VGRAPH_ATTN_MIN_CHUNK", "24"),
+    ],
+)
+def test_cuda_switches_reject_bad_values(monkeypatch, name: str, value: str) -> None:
+    monkeypatch.setenv(name, value)
+    b = make_batch(BATCHES["decode"], 2, 64, 16, torch.bfloat16, "cuda", seed=1)
+    with pytest.raises(RuntimeError, match=name):
+        run_op(b, torch.empty_like(b.query), append=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not (torch.cuda.is_available() and has_cuda_kernels()),
+    reason="needs a GPU and a CUDA build of vgraph._C",
+)
 @APPEND
 def test_cuda_graph_replay_follows_new_lengths(append: bool) -> None:
     """Capture once over a mixed batch, then new lengths/block tables in the same buffers."""
