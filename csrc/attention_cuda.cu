@@ -42,6 +42,7 @@
 #include "cache.h"
 #include "common.h"
 #include "cp_async.cuh"
+#include "device_info.cuh"
 #include "pdl.cuh"
 
 namespace vgraph {
@@ -688,12 +689,9 @@ void launch(const AttentionShape& s, AttnParams p, const at::Tensor& query, cuda
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         Cfg::kSmemBytes));
     int per_sm = 0;
-    int device = 0, num_sms = 0;
     C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads,
                                                                  Cfg::kSmemBytes));
-    C10_CUDA_CHECK(cudaGetDevice(&device));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
-    return static_cast<int64_t>(std::max(per_sm, 1)) * num_sms;
+    return static_cast<int64_t>(std::max(per_sm, 1)) * num_sms();
   }();
   const int64_t num_groups = s.num_heads / GT;
   p.one_part = env_int("VGRAPH_ATTN_ONE_PART_ITERS", kOnePartIters, 0, 64) * Cfg::kTokensPerIter;
@@ -716,9 +714,19 @@ void launch(const AttentionShape& s, AttnParams p, const at::Tensor& query, cuda
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
 }
 
-// Query heads per CTA, at most: VGRAPH_ATTN_GROUP_HEADS (for measurements), else kMaxGroupHeads.
+// Query heads per CTA, at most. A CTA computes its heads' scores side by side, so grouping reads
+// K/V once per group but lengthens each CTA's critical path: where one CTA per query head still
+// leaves an SM to each (num_tokens * num_heads <= SMs: a small batch, latency-bound), a CTA takes
+// one head; else as many as the GQA ratio allows (bandwidth: long contexts, larger batches).
+// H200, 2026-12-03 (benchmarks/results/2026-12-03-h200-attn-groups/): at one token, one head a CTA
+// took Llama-3.2-1B's attention from 142 to 84 us a step at 128 positions of context and from 161
+// to 149 us at 1,024, Qwen3-0.6B's from 368 to 326 us at 1,024; at 16 tokens and 1,024 positions
+// it cost 87 / 144 us (four / two heads a CTA: 332 / 756 us). VGRAPH_ATTN_GROUP_HEADS (1 to 8, for
+// measurements) replaces the rule by that cap.
 int max_group_heads(const AttentionShape& s) {
-  return env_int("VGRAPH_ATTN_GROUP_HEADS", kMaxGroupHeads, 1, 8);
+  const int cap = env_int("VGRAPH_ATTN_GROUP_HEADS", 0, 1, kMaxGroupHeads);
+  if (cap > 0) return cap;
+  return s.num_tokens * s.num_heads <= num_sms() ? 1 : kMaxGroupHeads;
 }
 
 template <typename scalar_t, int HEAD_DIM>

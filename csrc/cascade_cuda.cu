@@ -24,6 +24,7 @@
 #include <algorithm>
 
 #include "common.h"
+#include "device_info.cuh"
 
 namespace vgraph {
 namespace {
@@ -231,21 +232,10 @@ __global__ void __launch_bounds__(D) cascade_merge_kernel(CascadeParams p) {
   o[d] = static_cast<scalar_t>(den > 0.f ? num / den : 0.f);
 }
 
-int num_sms(const at::Tensor& t) {
-  static int sms[64] = {0};
-  const int dev = t.get_device();
-  if (sms[dev] == 0) {
-    int n = 0;
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    sms[dev] = n;
-  }
-  return sms[dev];
-}
-
 template <typename scalar_t, int D>
 void launch(const AttentionShape& s, CascadeParams p, const at::Tensor& query,
             cudaStream_t stream) {
-  const int waves = 2 * num_sms(query);  // CTAs to aim for: two per SM
+  const int waves = 2 * num_sms(query.get_device());  // CTAs to aim for: two per SM
   const int tokens_per_tile = std::max(1, kRows / p.group);
   const int tiles = (p.num_tokens + tokens_per_tile - 1) / tokens_per_tile;
   const int kvh = p.num_kv_heads;

@@ -16,6 +16,7 @@
 
 #include "cp_async.cuh"
 #include "decode_gemv.h"
+#include "device_info.cuh"
 #include "pdl.cuh"
 
 namespace vgraph {
@@ -367,17 +368,6 @@ inline int gemv_threads(int num_tokens, int k) {
   if (num_tokens > 1) return kThreads;
   const int per_thread = (k / 8 + kPreload - 1) / kPreload;
   return std::min(kThreads, std::max(32, (per_thread + 31) / 32 * 32));
-}
-
-// Streaming multiprocessors of the current device (one device per process).
-inline int num_sms() {
-  static const int n = [] {
-    int device = 0, count = 0;
-    C10_CUDA_CHECK(cudaGetDevice(&device));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    return count;
-  }();
-  return n;
 }
 
 // Row pairs per CTA, each on `threads` threads of its own: at one token, where a CTA per pair would
