@@ -714,19 +714,20 @@ void launch(const AttentionShape& s, AttnParams p, const at::Tensor& query, cuda
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
 }
 
-// Query heads per CTA, at most. A CTA computes its heads' scores side by side, so grouping reads
-// K/V once per group but lengthens each CTA's critical path: where one CTA per query head still
-// leaves an SM to each (num_tokens * num_heads <= SMs: a small batch, latency-bound), a CTA takes
-// one head; else as many as the GQA ratio allows (bandwidth: long contexts, larger batches).
-// H200, 2026-12-03 (benchmarks/results/2026-12-03-h200-attn-groups/): at one token, one head a CTA
-// took Llama-3.2-1B's attention from 142 to 84 us a step at 128 positions of context and from 161
-// to 149 us at 1,024, Qwen3-0.6B's from 368 to 326 us at 1,024; at 16 tokens and 1,024 positions
-// it cost 87 / 144 us (four / two heads a CTA: 332 / 756 us). VGRAPH_ATTN_GROUP_HEADS (1 to 8, for
-// measurements) replaces the rule by that cap.
+// Query heads per CTA, at most. A CTA computes its heads' scores side by side: grouping reads K/V
+// once per group but lengthens each CTA's critical path. Where one CTA per query head would fill at
+// most a quarter of the SMs (4 * num_tokens * num_heads <= SMs: one token, or two with 16 heads),
+// the step waits on that path, and a CTA takes one head; else as many as the GQA ratio allows.
+// H200, attention's share of a FULL decode step (benchmarks/results/2026-12-03-h200-attn-groups/,
+// call 2): at one token one head a CTA took Llama-3.2-1B from 141 to 83 us (128 positions of
+// context) and 160 to 147 us (1,024), Qwen3-0.6B from 370 to 326 us (1,024); at 4 tokens it gained
+// 9-10 us at 128 positions and lost 3-21 at 1,024; at 8 and 16 tokens it lost up to 152 us at
+// 1,024 (and gained up to 33 at 128).
+// VGRAPH_ATTN_GROUP_HEADS (1 to 8, for measurements) replaces the rule by that cap.
 int max_group_heads(const AttentionShape& s) {
   const int cap = env_int("VGRAPH_ATTN_GROUP_HEADS", 0, 1, kMaxGroupHeads);
   if (cap > 0) return cap;
-  return s.num_tokens * s.num_heads <= num_sms() ? 1 : kMaxGroupHeads;
+  return 4 * s.num_tokens * s.num_heads <= num_sms() ? 1 : kMaxGroupHeads;
 }
 
 template <typename scalar_t, int HEAD_DIM>
