@@ -1,9 +1,11 @@
-"""Greedy tokens on the GPU: vgraph_C::argmax_rows (one CTA per row) against torch.argmax.
+"""Greedy tokens on the GPU: vgraph_C::argmax_rows against torch.argmax.
 
 Float32 logits at the vocabularies of the shipped models and several batch sizes; each variant is
 a chain of --calls argmaxes over different logits captured in one CUDA graph (as the sampler runs
 after the model's graph), timed with CUDA events: median microseconds per call of --replays
-replays. Both variants of a shape are timed in turns, round after round.
+replays. The variants of a shape are timed in turns, round after round: torch, the kernel with one
+CTA a row (`one_cta`, VGRAPH_ARGMAX_PARTS=1) and the kernel as its launcher cuts rows (`vgraph`,
+a cluster of CTAs a row).
 
     python benchmarks/bench_greedy.py --out benchmarks/results/greedy.json
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import statistics
 import sys
 from collections.abc import Callable
@@ -52,19 +55,34 @@ def main(argv: list[str] | None = None) -> int:
         print("needs a GPU and a CUDA build of vgraph._C with argmax_rows")
         return 1
     rows = []
-    print(f"{'model':14} {'B':>4} {'torch us':>9} {'vgraph us':>10} {'speed-up':>9}")
+    head = f"{'model':14} {'B':>4} {'torch us':>9} {'one_cta us':>11} {'vgraph us':>10}"
+    print(f"{head} {'speed-up':>9}")
     for model, vocab in VOCABS.items():
         for b in args.batches:
             logits = [torch.randn(b, vocab, device="cuda") for _ in range(args.calls)]
             out = torch.empty(b, dtype=torch.long, device="cuda")
             torch_chain, vgraph_chain = chains(logits, out)
-            runs: dict[str, list[float]] = {"torch": [], "vgraph": []}
+            runs: dict[str, list[float]] = {"torch": [], "one_cta": [], "vgraph": []}
             for _ in range(args.rounds):
                 runs["torch"].append(time_graph(torch_chain, args.calls, args.replays))
+                os.environ["VGRAPH_ARGMAX_PARTS"] = "1"  # read at each launch: at capture
+                try:
+                    runs["one_cta"].append(time_graph(vgraph_chain, args.calls, args.replays))
+                finally:
+                    del os.environ["VGRAPH_ARGMAX_PARTS"]
                 runs["vgraph"].append(time_graph(vgraph_chain, args.calls, args.replays))
-            t, v = statistics.median(runs["torch"]), statistics.median(runs["vgraph"])
-            rows.append({"model": model, "vocab": vocab, "batch": b, "torch_us": t, "vgraph_us": v})
-            print(f"{model:14} {b:4d} {t:9.2f} {v:10.2f} {t / v:8.2f}x")
+            t, o, v = (statistics.median(runs[k]) for k in ("torch", "one_cta", "vgraph"))
+            rows.append(
+                {
+                    "model": model,
+                    "vocab": vocab,
+                    "batch": b,
+                    "torch_us": t,
+                    "one_cta_us": o,
+                    "vgraph_us": v,
+                }
+            )
+            print(f"{model:14} {b:4d} {t:9.2f} {o:11.2f} {v:10.2f} {t / v:8.2f}x")
             del logits, torch_chain, vgraph_chain
     if args.out:
         result = {

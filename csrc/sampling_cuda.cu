@@ -1,7 +1,7 @@
 // The sampler's CUDA ops. apply_logits_processors: every logits processor of a step (bans, the
 // structured-output bitmask, allowed-token lists, logit_bias, presence / frequency / repetition
 // penalties) in one kernel, one pass over the logits, instead of a dozen torch ops over [R, V]
-// each. argmax_rows: the greedy token of each row (below).
+// each. argmax_rows: the greedy token of each row, a cluster of CTAs per row (below).
 //
 // The host packs each row's entries (token id and kind, plus a value for logit_bias) into a CSR
 // list (vgraph/sample/logits_processors.py); a CTA takes kChunk vocabulary entries of one row,
@@ -15,11 +15,15 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include <cooperative_groups.h>
+
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include "common.h"
+#include "device_info.cuh"
 
 namespace vgraph {
 namespace {
@@ -110,11 +114,18 @@ void apply_logits_processors_cuda(at::Tensor& out, const at::Tensor& logits,
 }
 
 // ---- argmax_rows: greedy tokens -----------------------------------------------------------------
-// One CTA per row: each thread scans its strided share in ascending index order (16-byte loads
-// when the row allows), then a warp-shuffle and a shared-memory round pick the row's winner.
-// torch's argmax reduces a 49,152-entry row in about 13 us and a 128,256-entry row in about 28 us
-// on the H200 (benchmarks/results/2026-12-01-h200-decode-append/); one CTA streams them in a few.
+// A row is cut into `parts` slices, one CTA each, the CTAs of a row forming one thread-block
+// cluster: each thread scans its strided share of its slice (16-byte loads when the row allows),
+// a warp-shuffle and a shared-memory round pick the CTA's winner, and the row's first CTA reads
+// the others' winners from their shared memory (distributed shared memory, after a cluster
+// barrier) and writes the row's. The comparison is a total order, so the result does not depend
+// on how the row is cut. A single CTA scanning a row waits on one round trip per 16 KiB it
+// streams; a row's CTAs run their round trips side by side. torch's argmax reduces a 49,152-entry
+// row in about 13 us and a 128,256-entry row in about 28 us on the H200
+// (benchmarks/results/2026-12-01-h200-decode-append/).
 constexpr int kArgmaxThreads = 1024;
+constexpr int kArgmaxMaxParts = 8;          // the portable cluster size
+constexpr int kArgmaxPerThread = 16;        // entries a thread scans before a row gets another CTA
 
 // Whether (v, i) comes before (best_v, best_i) in torch.argmax's order.
 __device__ __forceinline__ bool argmax_before(float v, int i, float best_v, int best_i) {
@@ -124,60 +135,115 @@ __device__ __forceinline__ bool argmax_before(float v, int i, float best_v, int 
   return i < best_i;
 }
 
+struct ArgmaxBest {
+  float v = -INFINITY;
+  int i = INT_MAX;
+  __device__ __forceinline__ void take(float v2, int i2) {
+    if (argmax_before(v2, i2, v, i)) v = v2, i = i2;
+  }
+  __device__ __forceinline__ void warp_reduce() {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      const float v2 = __shfl_xor_sync(0xffffffffu, v, off);
+      const int i2 = __shfl_xor_sync(0xffffffffu, i, off);
+      take(v2, i2);
+    }
+  }
+};
+
+// Grid (num_rows, parts); with parts > 1, launched as clusters of (1, parts, 1): a row's CTAs.
 __global__ void __launch_bounds__(kArgmaxThreads)
     argmax_rows_kernel(int64_t* __restrict__ out, const float* __restrict__ logits,
                        int64_t stride, int vocab, bool vec4) {
-  const float* x = logits + blockIdx.x * stride;
-  float best_v = -INFINITY;
-  int best_i = INT_MAX;
-  auto take = [&](float v, int i) {
-    if (argmax_before(v, i, best_v, best_i)) best_v = v, best_i = i;
-  };
+  const int row = blockIdx.x, part = blockIdx.y, parts = gridDim.y;
+  const float* x = logits + row * stride;
+  const int unit = vec4 ? 4 : 1;  // vec4: vocab % 4 == 0
+  const int units = vocab / unit, per = (units + parts - 1) / parts;
+  const int begin = part * per, end = min(units, begin + per);
+  ArgmaxBest best;
   if (vec4) {
     const float4* x4 = reinterpret_cast<const float4*>(x);
 #pragma unroll 4
-    for (int j = threadIdx.x; j < vocab / 4; j += kArgmaxThreads) {
+    for (int j = begin + threadIdx.x; j < end; j += kArgmaxThreads) {
       const float4 f = __ldg(x4 + j);
-      take(f.x, 4 * j), take(f.y, 4 * j + 1), take(f.z, 4 * j + 2), take(f.w, 4 * j + 3);
+      best.take(f.x, 4 * j), best.take(f.y, 4 * j + 1), best.take(f.z, 4 * j + 2);
+      best.take(f.w, 4 * j + 3);
     }
   } else {
 #pragma unroll 4
-    for (int j = threadIdx.x; j < vocab; j += kArgmaxThreads) take(__ldg(x + j), j);
+    for (int j = begin + threadIdx.x; j < end; j += kArgmaxThreads) best.take(__ldg(x + j), j);
   }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    const float v = __shfl_xor_sync(0xffffffffu, best_v, off);
-    const int i = __shfl_xor_sync(0xffffffffu, best_i, off);
-    take(v, i);
-  }
+  best.warp_reduce();
   __shared__ float s_v[kArgmaxThreads / 32];
   __shared__ int s_i[kArgmaxThreads / 32];
+  __shared__ float s_cta_v;  // this CTA's winner, read by the row's first CTA
+  __shared__ int s_cta_i;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) s_v[warp] = best_v, s_i[warp] = best_i;
+  if (lane == 0) s_v[warp] = best.v, s_i[warp] = best.i;
   __syncthreads();
-  if (warp != 0) return;
-  best_v = s_v[lane], best_i = s_i[lane];  // 32 warps: one entry per lane
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    const float v = __shfl_xor_sync(0xffffffffu, best_v, off);
-    const int i = __shfl_xor_sync(0xffffffffu, best_i, off);
-    take(v, i);
+  if (warp == 0) {
+    best.v = s_v[lane], best.i = s_i[lane];  // 32 warps: one entry per lane
+    best.warp_reduce();
+    if (lane == 0 && parts == 1) out[row] = best.i;
+    if (lane == 0) s_cta_v = best.v, s_cta_i = best.i;
   }
-  if (lane == 0) out[blockIdx.x] = best_i;
+  if (parts == 1) return;  // uniform over the grid: no cluster
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // the host launches parts > 1 on sm_90+ only
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  cluster.sync();  // every CTA's winner is written
+  if (part == 0 && warp == 0) {
+    ArgmaxBest b;
+    if (lane < parts) b.v = *cluster.map_shared_rank(&s_cta_v, lane),
+                      b.i = *cluster.map_shared_rank(&s_cta_i, lane);
+    b.warp_reduce();
+    if (lane == 0) out[row] = b.i;
+  }
+  cluster.sync();  // the peers' shared memory stays until the first CTA has read it
+#endif
+}
+
+// CTAs a row is cut into: one per kArgmaxThreads * kArgmaxPerThread entries, at most a cluster's
+// worth (one before sm_90: no clusters); VGRAPH_ARGMAX_PARTS (1 to 8, for measurements) sets it, read at each launch (a graph
+// keeps the value it was captured with).
+int argmax_parts(int vocab, const at::Tensor& logits) {
+  if (compute_major(logits.get_device()) < 9) return 1;  // no clusters
+  const char* v = std::getenv("VGRAPH_ARGMAX_PARTS");
+  if (v != nullptr && v[0] != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    TORCH_CHECK(*end == '\0' && n >= 1 && n <= kArgmaxMaxParts, "VGRAPH_ARGMAX_PARTS must be an "
+                "integer in [1, ", kArgmaxMaxParts, "], got ", v);
+    return static_cast<int>(n);
+  }
+  constexpr int kPerCta = kArgmaxThreads * kArgmaxPerThread;
+  return std::min(kArgmaxMaxParts, (vocab + kPerCta - 1) / kPerCta);
 }
 
 void argmax_rows_cuda(at::Tensor& out, const at::Tensor& logits) {
   check_argmax_rows(out, logits);
   const int64_t num_rows = logits.size(0);
   if (num_rows == 0) return;
+  TORCH_CHECK(num_rows < (1LL << 31), "argmax_rows: at most 2^31 - 1 rows, got ", num_rows);
   const c10::cuda::CUDAGuard guard(logits.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const int vocab = static_cast<int>(logits.size(1));
   const bool vec4 = vocab % 4 == 0 && logits.stride(0) % 4 == 0 &&
                     reinterpret_cast<uintptr_t>(logits.data_ptr()) % 16 == 0;
-  argmax_rows_kernel<<<num_rows, kArgmaxThreads, 0, stream>>>(
-      out.data_ptr<int64_t>(), logits.data_ptr<float>(), logits.stride(0), vocab, vec4);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const int parts = argmax_parts(vocab, logits);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(num_rows), parts);
+  cfg.blockDim = dim3(kArgmaxThreads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = parts;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = parts > 1 ? 1 : 0;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, argmax_rows_kernel, out.data_ptr<int64_t>(),
+                                    static_cast<const float*>(logits.data_ptr<float>()),
+                                    static_cast<int64_t>(logits.stride(0)), vocab, vec4));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 """vgraph_C::argmax_rows (the sampler's greedy tokens on CUDA) against torch.argmax on the CPU:
-the largest value, NaN above every number, the lowest index among equals."""
+the largest value, NaN above every number, the lowest index among equals, whichever number of
+CTAs (one thread-block cluster) a row is cut into (VGRAPH_ARGMAX_PARTS; unset: the launcher's)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,14 @@ from vgraph.sample.sampler import greedy_tokens
 
 CUDA = cuda_param("argmax_rows")
 VOCABS = [97, 49152, 128256, 151936]  # odd (scalar loads), then the shipped configs'
+PARTS = pytest.mark.parametrize("parts", [None, "1", "3", "8"], ids=["auto", "p1", "p3", "p8"])
+
+
+def set_parts(monkeypatch, parts: str | None) -> None:
+    if parts is None:
+        monkeypatch.delenv("VGRAPH_ARGMAX_PARTS", raising=False)
+    else:
+        monkeypatch.setenv("VGRAPH_ARGMAX_PARTS", parts)
 
 
 def oracle(logits: torch.Tensor) -> torch.Tensor:
@@ -29,7 +38,9 @@ def run(logits: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("device", [CUDA])
 @pytest.mark.parametrize("vocab", VOCABS)
 @pytest.mark.parametrize("rows", [1, 3, 16])
-def test_random_rows(device: str, vocab: int, rows: int) -> None:
+@PARTS
+def test_random_rows(monkeypatch, device: str, vocab: int, rows: int, parts: str | None) -> None:
+    set_parts(monkeypatch, parts)
     g = torch.Generator().manual_seed(vocab + rows)
     logits = torch.randn(rows, vocab, generator=g) * 4
     assert torch.equal(run(logits.to(device)), oracle(logits))
@@ -37,7 +48,9 @@ def test_random_rows(device: str, vocab: int, rows: int) -> None:
 
 @pytest.mark.parametrize("device", [CUDA])
 @pytest.mark.parametrize("vocab", VOCABS)
-def test_ties_nan_and_inf(device: str, vocab: int) -> None:
+@PARTS
+def test_ties_nan_and_inf(monkeypatch, device: str, vocab: int, parts: str | None) -> None:
+    set_parts(monkeypatch, parts)
     g = torch.Generator().manual_seed(vocab)
     logits = torch.randn(7, vocab, generator=g)
     logits[0, [vocab - 1, vocab // 3, vocab // 2]] = 50.0  # equal maxima: the lowest index wins
@@ -52,11 +65,21 @@ def test_ties_nan_and_inf(device: str, vocab: int) -> None:
 
 
 @pytest.mark.parametrize("device", [CUDA])
-def test_strided_and_misaligned_rows(device: str) -> None:
+@PARTS
+def test_strided_and_misaligned_rows(monkeypatch, device: str, parts: str | None) -> None:
+    set_parts(monkeypatch, parts)
     g = torch.Generator().manual_seed(0)
     wide = torch.randn(5, 49160, generator=g)
     for view in (wide[:, :49152], wide[:, 1:49153], wide[::2, 3:1003]):
         assert torch.equal(run(view.to(device)), oracle(view))
+
+
+@pytest.mark.parametrize("device", [CUDA])
+@pytest.mark.parametrize("value", ["0", "9", "two"])
+def test_parts_switch_rejects_bad_values(monkeypatch, device: str, value: str) -> None:
+    monkeypatch.setenv("VGRAPH_ARGMAX_PARTS", value)
+    with pytest.raises(RuntimeError, match="VGRAPH_ARGMAX_PARTS must be an integer in"):
+        run(torch.randn(2, 1000, device=device))
 
 
 @pytest.mark.parametrize("device", [CUDA])
