@@ -715,19 +715,20 @@ void launch(const AttentionShape& s, AttnParams p, const at::Tensor& query, cuda
 }
 
 // Query heads per CTA, at most. A CTA computes its heads' scores side by side: grouping reads K/V
-// once per group but lengthens each CTA's critical path. Where one CTA per query head would fill at
-// most a quarter of the SMs (4 * num_tokens * num_heads <= SMs: one token, or two with 16 heads),
-// the step waits on that path, and a CTA takes one head; else as many as the GQA ratio allows.
-// H200, attention's share of a FULL decode step (benchmarks/results/2026-12-03-h200-attn-groups/,
-// call 2): at one token one head a CTA took Llama-3.2-1B from 141 to 83 us (128 positions of
-// context) and 160 to 147 us (1,024), Qwen3-0.6B from 370 to 326 us (1,024); at 4 tokens it gained
-// 9-10 us at 128 positions and lost 3-21 at 1,024; at 8 and 16 tokens it lost up to 152 us at
-// 1,024 (and gained up to 33 at 128).
-// VGRAPH_ATTN_GROUP_HEADS (1 to 8, for measurements) replaces the rule by that cap.
+// once per group but lengthens each CTA's critical path. Where the grouped grid would fill at most
+// an eighth of the SMs (8 * num_tokens * num_kv_heads <= SMs: one or two tokens with 8 kv heads
+// on an H200), the step waits on that path, and a CTA takes one head; else as many as the GQA
+// ratio allows. H200, attention's share of a FULL decode step
+// (benchmarks/results/2026-12-03-h200-attn-groups/): at one token one head a CTA took
+// Llama-3.2-1B from 141 to 83 us (128 positions of context) and 160 to 147 us (1,024),
+// Qwen3-0.6B from 370 to 326 us (1,024); at two tokens and 1,024 positions the step gained 20-37
+// us; at 4 tokens it gained 9-10 us of attention at 128 positions and lost 3-21 at 1,024, at 8
+// and 16 tokens up to 152 at 1,024. VGRAPH_ATTN_GROUP_HEADS (1 to 8, for measurements) replaces
+// the rule by that cap.
 int max_group_heads(const AttentionShape& s) {
   const int cap = env_int("VGRAPH_ATTN_GROUP_HEADS", 0, 1, kMaxGroupHeads);
   if (cap > 0) return cap;
-  return 4 * s.num_tokens * s.num_heads <= num_sms() ? 1 : kMaxGroupHeads;
+  return 8 * s.num_tokens * s.num_kv_heads <= num_sms() ? 1 : kMaxGroupHeads;
 }
 
 template <typename scalar_t, int HEAD_DIM>
