@@ -13,9 +13,9 @@ first node: ModelRunner.full_graphs_copy_inputs off), `one_pair` (the one-token 
 with a CTA per row pair, VGRAPH_GEMV_PAIRS=1, where its launcher packs several), `norm_apart`
 (the final norm in its own kernel before linear_out: LlamaModel.final_norm_in_head off),
 `attn_gt1` / `attn_gt2` / `attn_gt8` (attention with at most 1 / 2 / 8 query heads a CTA at
-every batch size, VGRAPH_ATTN_GROUP_HEADS, in place of the launcher's rule; `attn_gt8` is the rule
-before 2026-12-03: as many as the GQA ratio allows), `attn_split` (attention splits every context longer than its smallest
-partition, VGRAPH_ATTN_ONE_PART_ITERS=0).
+every batch size, VGRAPH_ATTN_GROUP_HEADS, in place of the launcher's rule; `attn_gt8` is the
+rule before 2026-12-03: as many as the GQA ratio allows), `attn_split` (attention splits every
+context longer than its smallest partition, VGRAPH_ATTN_ONE_PART_ITERS=0).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 

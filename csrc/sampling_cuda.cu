@@ -120,9 +120,9 @@ void apply_logits_processors_cuda(at::Tensor& out, const at::Tensor& logits,
 // the others' winners from their shared memory (distributed shared memory, after a cluster
 // barrier) and writes the row's. The comparison is a total order, so the result does not depend
 // on how the row is cut. A single CTA scanning a row waits on one round trip per 16 KiB it
-// streams; a row's CTAs run their round trips side by side. torch's argmax reduces a 49,152-entry
-// row in about 13 us and a 128,256-entry row in about 28 us on the H200
-// (benchmarks/results/2026-12-01-h200-decode-append/).
+// streams; a row's CTAs run their round trips side by side. At one row, torch's argmax takes
+// about 13 us for 49,152 entries, 28 us for 128,256 and 10 us for 151,936 on the H200, this kernel
+// 4.6, 5.5 and 5.4 us (argmax_parts).
 constexpr int kArgmaxThreads = 1024;
 constexpr int kArgmaxMaxParts = 8;          // the portable cluster size
 constexpr int kArgmaxPerThread = 16;        // entries a thread scans before a row gets another CTA
@@ -203,9 +203,12 @@ __global__ void __launch_bounds__(kArgmaxThreads)
 }
 
 // CTAs a row is cut into: one per kArgmaxThreads * kArgmaxPerThread entries, at most a cluster's
-// worth (one before sm_90: no clusters); VGRAPH_ARGMAX_PARTS (1 to 8, for measurements) sets it, read at each launch (a graph
-// keeps the value it was captured with).
-int argmax_parts(int vocab, const at::Tensor& logits) {
+// worth, while the rows' CTAs fit one per SM; else (and before sm_90: no clusters) one. H200,
+// us per call (benchmarks/results/2026-12-03-h200-attn-groups/, call 4), one CTA a row against
+// the cluster: 128,256 entries 11.2 / 5.5 at one row, 14.2 / 9.2 at 16; at 64 rows (512 CTAs of
+// 8) 15.7 / 22.4, and likewise for 49,152 and 151,936 entries. VGRAPH_ARGMAX_PARTS (1 to 8, for
+// measurements) sets it, read at each launch (a graph keeps the value it was captured with).
+int argmax_parts(int vocab, int64_t num_rows, const at::Tensor& logits) {
   if (compute_major(logits.get_device()) < 9) return 1;  // no clusters
   const char* v = std::getenv("VGRAPH_ARGMAX_PARTS");
   if (v != nullptr && v[0] != '\0') {
@@ -216,7 +219,8 @@ int argmax_parts(int vocab, const at::Tensor& logits) {
     return static_cast<int>(n);
   }
   constexpr int kPerCta = kArgmaxThreads * kArgmaxPerThread;
-  return std::min(kArgmaxMaxParts, (vocab + kPerCta - 1) / kPerCta);
+  const int parts = std::min(kArgmaxMaxParts, (vocab + kPerCta - 1) / kPerCta);
+  return num_rows * parts <= num_sms(logits.get_device()) ? parts : 1;
 }
 
 void argmax_rows_cuda(at::Tensor& out, const at::Tensor& logits) {
@@ -229,7 +233,7 @@ void argmax_rows_cuda(at::Tensor& out, const at::Tensor& logits) {
   const int vocab = static_cast<int>(logits.size(1));
   const bool vec4 = vocab % 4 == 0 && logits.stride(0) % 4 == 0 &&
                     reinterpret_cast<uintptr_t>(logits.data_ptr()) % 16 == 0;
-  const int parts = argmax_parts(vocab, logits);
+  const int parts = argmax_parts(vocab, num_rows, logits);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(num_rows), parts);
   cfg.blockDim = dim3(kArgmaxThreads);
