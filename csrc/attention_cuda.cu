@@ -606,18 +606,6 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
   if (s_last) merge_partials<scalar_t, HEAD_DIM, GT>(p, t, h0, used, out, smem);
 }
 
-// A measurement switch, read at each launch (a graph keeps the value it was captured with), so
-// variants can share a process: `fallback` when `name` is unset, else an integer in [lo, hi].
-int env_int(const char* name, int fallback, int lo, int hi) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || v[0] == '\0') return fallback;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  TORCH_CHECK(*end == '\0' && n >= lo && n <= hi, name, " must be an integer in [", lo, ", ", hi,
-              "], got ", v);
-  return static_cast<int>(n);
-}
-
 // The smallest partition: kMinChunk, or VGRAPH_ATTN_MIN_CHUNK (a multiple of 16, for
 // measurements): short contexts cost a merge when split, long ones need the parallelism.
 int min_chunk() {

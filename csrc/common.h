@@ -2,12 +2,25 @@
 // reject the same mistakes with the same messages. Host code only: no kernels here.
 #pragma once
 
+#include <cstdlib>
 #include <optional>
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
 namespace vgraph {
+
+// A measurement switch, read at each launch (a graph keeps the value it was captured with), so
+// variants can share a process: `fallback` when `name` is unset, else an integer in [lo, hi].
+inline int env_int(const char* name, int fallback, int lo, int hi) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || v[0] == '\0') return fallback;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  TORCH_CHECK(*end == '\0' && n >= lo && n <= hi, name, " must be an integer in [", lo, ", ", hi,
+              "], got ", v);
+  return static_cast<int>(n);
+}
 
 // The sizes of one paged_attention call, all known on the host without reading a device tensor.
 struct AttentionShape {

@@ -20,7 +20,6 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 
 #include "common.h"
 #include "device_info.cuh"
@@ -193,8 +192,10 @@ __global__ void __launch_bounds__(kArgmaxThreads)
   cluster.sync();  // every CTA's winner is written
   if (part == 0 && warp == 0) {
     ArgmaxBest b;
-    if (lane < parts) b.v = *cluster.map_shared_rank(&s_cta_v, lane),
-                      b.i = *cluster.map_shared_rank(&s_cta_i, lane);
+    if (lane < parts) {
+      b.v = *cluster.map_shared_rank(&s_cta_v, lane);
+      b.i = *cluster.map_shared_rank(&s_cta_i, lane);
+    }
     b.warp_reduce();
     if (lane == 0) out[row] = b.i;
   }
@@ -210,14 +211,8 @@ __global__ void __launch_bounds__(kArgmaxThreads)
 // measurements) sets it, read at each launch (a graph keeps the value it was captured with).
 int argmax_parts(int vocab, int64_t num_rows, const at::Tensor& logits) {
   if (compute_major(logits.get_device()) < 9) return 1;  // no clusters
-  const char* v = std::getenv("VGRAPH_ARGMAX_PARTS");
-  if (v != nullptr && v[0] != '\0') {
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    TORCH_CHECK(*end == '\0' && n >= 1 && n <= kArgmaxMaxParts, "VGRAPH_ARGMAX_PARTS must be an "
-                "integer in [1, ", kArgmaxMaxParts, "], got ", v);
-    return static_cast<int>(n);
-  }
+  const int forced = env_int("VGRAPH_ARGMAX_PARTS", 0, 1, kArgmaxMaxParts);
+  if (forced > 0) return forced;
   constexpr int kPerCta = kArgmaxThreads * kArgmaxPerThread;
   const int parts = std::min(kArgmaxMaxParts, (vocab + kPerCta - 1) / kPerCta);
   return num_rows * parts <= num_sms(logits.get_device()) ? parts : 1;
