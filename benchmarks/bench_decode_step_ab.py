@@ -15,7 +15,14 @@ with a CTA per row pair, VGRAPH_GEMV_PAIRS=1, where its launcher packs several),
 `attn_gt1` / `attn_gt2` / `attn_gt8` (attention with at most 1 / 2 / 8 query heads a CTA at
 every batch size, VGRAPH_ATTN_GROUP_HEADS, in place of the launcher's rule; `attn_gt8` is the
 rule before 2026-12-03: as many as the GQA ratio allows), `attn_split` (attention splits every
-context longer than its smallest partition, VGRAPH_ATTN_ONE_PART_ITERS=0).
+context longer than its smallest partition, VGRAPH_ATTN_ONE_PART_ITERS=0), `no_loop` (the
+one-token CUDA-core GEMV with a CTA per group of row pairs where its launcher has a smaller grid
+loop over them, VGRAPH_GEMV_CTAS_PER_SM=0), `loop2` / `loop3` (every one-token GEMV with more
+groups than 2 / 3 CTAs an SM loops at that many), `small_off` (only grids over one wave loop,
+small matrices keep a CTA per group, VGRAPH_GEMV_SMALL_MIB=0), `small1` / `small3` (small
+matrices loop at 1 / 3 CTAs an SM instead of 2), `small16` (matrices up to 16 MiB count as small
+instead of 4), `loop_all` (also the shapes whose table entry keeps a CTA per group loop,
+VGRAPH_GEMV_LOOP=1).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 
@@ -63,6 +70,14 @@ VARIANTS = (
     "attn_gt2",
     "attn_gt8",
     "attn_split",
+    "no_loop",
+    "loop2",
+    "loop3",
+    "small_off",
+    "small1",
+    "small3",
+    "small16",
+    "loop_all",
 )
 # Switches the csrc ops read at each launch (so at capture): the variant's, while it starts.
 VARIANT_ENV = {
@@ -74,6 +89,14 @@ VARIANT_ENV = {
     "attn_gt2": {"VGRAPH_ATTN_GROUP_HEADS": "2"},
     "attn_gt8": {"VGRAPH_ATTN_GROUP_HEADS": "8"},
     "attn_split": {"VGRAPH_ATTN_ONE_PART_ITERS": "0"},
+    "no_loop": {"VGRAPH_GEMV_CTAS_PER_SM": "0"},
+    "loop2": {"VGRAPH_GEMV_CTAS_PER_SM": "2"},
+    "loop3": {"VGRAPH_GEMV_CTAS_PER_SM": "3"},
+    "small_off": {"VGRAPH_GEMV_SMALL_MIB": "0"},
+    "small1": {"VGRAPH_GEMV_SMALL_CTAS_PER_SM": "1"},
+    "small3": {"VGRAPH_GEMV_SMALL_CTAS_PER_SM": "3"},
+    "small16": {"VGRAPH_GEMV_SMALL_MIB": "16"},
+    "loop_all": {"VGRAPH_GEMV_LOOP": "1"},
 }
 
 

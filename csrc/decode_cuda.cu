@@ -8,7 +8,9 @@
 // CUDA-core kernel shape: 128 threads (at one token just enough whole warps to cover K,
 // gemv_threads) compute kRows = 2 output rows (a row pair for the paired epilogues: gate row i
 // with up row I + i; rotate-half partners j and j + head_size / 2 of a head) for every token; at
-// one token a CTA takes several such pairs where the grid would be large (pairs_per_cta). The
+// one token a CTA takes several such pairs where the grid would be large (pairs_per_cta), and a
+// smaller grid loops over the CTAs' groups where they exceed one wave or the matrix is small
+// (gemv_loop_kernel, loop_grid). The
 // threads split K (16-byte vectors, so no cross-CTA split-K and no second launch), each keeps its
 // first kPreload weight vectors of both rows in registers, loaded BEFORE `griddepcontrol.wait`:
 // launched with programmatic stream serialization (PDL), the weight stream overlaps the previous
@@ -34,6 +36,7 @@
 #include <c10/macros/Macros.h>
 #include <torch/library.h>
 
+#include "common.h"
 #include "decode_common.h"
 #include "decode_gemv.h"
 #include "layers.h"
@@ -58,11 +61,18 @@ using namespace gemv;  // NOLINT: this file is gemv's only client
 // Qwen3-0.6B from 2026-12-02-h200-latency/call1 (the kernels before that change: conservative).
 // kNormStore (the final norm + LM head) from 2026-12-02-h200-norm-head/call2: the one-token
 // CUDA-core kernel with packed row pairs against the norm kernel + cuBLAS, 25.5 / 26.1 us
-// (SmolLM2-135M), 128.7 / 135.8 (Llama-3.2-1B), 89.4 / 87.2 (Qwen3-0.6B, which keeps cuBLAS);
-// from two tokens on cuBLAS wins for all three.
+// (SmolLM2-135M), 128.7 / 135.8 (Llama-3.2-1B), 89.4 / 87.2 (Qwen3-0.6B); from two tokens on
+// cuBLAS wins for all three. With its grid looping over the row pairs (2026-12-03-h200-gemv-loop,
+// call 1) the kernel takes 21.8 / 124.9 / 78.5 us, so Qwen3-0.6B's one token moved to it too.
+// `loop`: whether the one-token CUDA-core kernel may loop a smaller grid over its row pairs
+// (loop_grid in decode_gemv.cuh). Llama-3.2-1B's gate/up may not: in the decode step its looping
+// grid, which fills every SM's registers, was 0 and 25 us slower than waves of CTAs
+// (2026-12-03-h200-gemv-loop, calls 1 and 2; the down projection after it can load ahead only
+// where CTAs retire early), although alone, chained, it is 2.2-2.4 us faster a call.
 struct Threshold {
   Epilogue e;
   int64_t n, k, max_tokens, mma_from;
+  bool loop = true;
 };
 constexpr Threshold kThresholds[] = {
     // SmolLM2-135M
@@ -75,7 +85,7 @@ constexpr Threshold kThresholds[] = {
     // Llama-3.2-1B
     {Epilogue::kQkvRope, 3072, 2048, 8, 2},
     {Epilogue::kAddResidual, 2048, 2048, 16, 4},
-    {Epilogue::kSiluMul, 16384, 2048, 1, 2},
+    {Epilogue::kSiluMul, 16384, 2048, 1, 2, false},
     {Epilogue::kAddResidual, 2048, 8192, 8, 2},
     {Epilogue::kStore, 128256, 2048, 2, 4},
     {Epilogue::kNormStore, 128256, 2048, 1, 2},
@@ -85,7 +95,7 @@ constexpr Threshold kThresholds[] = {
     {Epilogue::kSiluMul, 6144, 1024, 8, 2},
     {Epilogue::kAddResidual, 1024, 3072, 16, 4},
     {Epilogue::kStore, 151936, 1024, 8, 1},
-    {Epilogue::kNormStore, 151936, 1024, 0, 2},
+    {Epilogue::kNormStore, 151936, 1024, 1, 2},
 };
 
 const Threshold* find_threshold(Epilogue e, int64_t n, int64_t k) {
@@ -133,7 +143,11 @@ bool use_mma(Epilogue e, int64_t m, int64_t n, int64_t k, int64_t head_size) {
 template <typename T, Epilogue E>
 void launch_fused(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream) {
   if (use_mma(E, a.num_tokens, a.N, a.K, a.head_size)) return launch_gemv_mma<T, E>(a, stream);
-  launch_gemv<T, E>(a, num_pairs, stream);
+  GemvArgs<T> args = a;
+  const Threshold* t = find_threshold(E, a.N, a.K);
+  // VGRAPH_GEMV_LOOP=0 / 1 forbids / allows it at every shape (comparisons; read at each launch).
+  args.may_loop = env_int("VGRAPH_GEMV_LOOP", t == nullptr || t->loop ? 1 : 0, 0, 1) == 1;
+  launch_gemv<T, E>(args, num_pairs, stream);
 }
 
 template <typename T>

@@ -14,6 +14,7 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include "common.h"
 #include "cp_async.cuh"
 #include "decode_gemv.h"
 #include "device_info.cuh"
@@ -189,6 +190,32 @@ __device__ __forceinline__ void write_pair(const GemvArgs<T>& a, int m, int row0
   }
 }
 
+// The output rows of row pair `pair`: gate i and up i for kSiluMul, rotate-half partners for
+// kQkvRope, two consecutive rows otherwise (the second may be past an odd N).
+template <typename T, Epilogue E>
+__device__ __forceinline__ void pair_rows(const GemvArgs<T>& a, int pair, int (&row)[kRows]) {
+  if constexpr (E == Epilogue::kSiluMul) {
+    row[0] = pair, row[1] = pair + a.N / 2;  // gate i, up i
+  } else if constexpr (E == Epilogue::kQkvRope) {
+    const int half = a.head_size / 2, head = pair / half, j = pair - head * half;
+    row[0] = head * a.head_size + j, row[1] = row[0] + half;  // rotate-half partners
+  } else {
+    row[0] = pair * kRows, row[1] = row[0] + 1;
+  }
+}
+
+// A thread's kPreload weight vectors of both rows, at k = first + v * stride (zero past K).
+__device__ __forceinline__ void load_weights(const uint4* const (&w_row)[kRows], int first,
+                                             int stride, int num_vecs,
+                                             uint4 (&w)[kRows][kPreload]) {
+#pragma unroll
+  for (int v = 0; v < kPreload; ++v) {
+    const int k = first + v * stride;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) w[r][v] = k < num_vecs ? load_stream(w_row[r] + k) : uint4{};
+  }
+}
+
 // ---- the kernel --------------------------------------------------------------------------------
 template <typename T, int MT, Epilogue E>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
@@ -208,14 +235,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
 
   // 1. This pair's rows.
   int row[kRows];
-  if constexpr (E == Epilogue::kSiluMul) {
-    row[0] = pair, row[1] = pair + a.N / 2;  // gate i, up i
-  } else if constexpr (E == Epilogue::kQkvRope) {
-    const int half = a.head_size / 2, head = pair / half, j = pair - head * half;
-    row[0] = head * a.head_size + j, row[1] = row[0] + half;  // rotate-half partners
-  } else {
-    row[0] = pair * kRows, row[1] = row[0] + 1;
-  }
+  pair_rows<T, E>(a, pair, row);
   const bool valid1 = row[1] < a.N;  // only the last pair of an odd N has one row
   const uint4* w_row[kRows] = {
       reinterpret_cast<const uint4*>(a.weight + static_cast<int64_t>(row[0]) * a.K),
@@ -225,14 +245,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
   // weight's vectors of that chunk, copied to shared memory (cp.async: no registers held, no
   // stall; each thread later reads only the slots it copied); the epilogue's step constants.
   uint4 w[kRows][kPreload];
-  auto load_chunk = [&](int base) {
-#pragma unroll
-    for (int v = 0; v < kPreload; ++v) {
-      const int k = base + v * nt + tid;
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) w[r][v] = k < num_vecs ? load_stream(w_row[r] + k) : uint4{};
-    }
-  };
+  auto load_chunk = [&](int base) { load_weights(w_row, base + tid, nt, num_vecs, w); };
   load_chunk(0);
   // [pair slot][kPreload][nt]: blockDim.x <= kThreads
   __shared__ __align__(16) uint4 s_nw_cta[kNorm ? kPreload * kThreads : 1];
@@ -359,6 +372,147 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
   write_pair<T, E>(a, m, row[0], row[1], true, valid1, y[0], y[1], in);
 }
 
+// ---- the looping kernel (one token) -------------------------------------------------------------
+// For one token, K within one chunk, and more pair groups (a CTA's pairs) than fit the GPU at
+// once: the LM heads, Llama-3.2-1B's gate/up. gemv_kernel would run them in waves of CTAs that each
+// load, reduce, store and exit, and a slot's next loads wait for that exit. Here a grid that fits
+// loops over the groups (group = blockIdx.x + i * gridDim.x) and loads group i + 1's weights (and
+// its epilogue's inputs) before it computes group i, so every thread keeps loads in flight. The
+// activations are read and normalized once. Per pair the arithmetic is gemv_kernel's at one token,
+// in the same order: bit-equal.
+template <typename T, Epilogue E>
+__global__ void __launch_bounds__(kThreads) gemv_loop_kernel(const GemvArgs<T> a) {
+  constexpr int VEC = 8;
+  constexpr bool kNorm = has_norm(E);
+  const int ppc = a.pairs_per_cta, nt = blockDim.x / ppc;
+  const int sub = threadIdx.x / nt, tid = threadIdx.x - sub * nt;
+  const int lane = tid % 32, warp = tid / 32, num_warps = nt / 32, cta_warp = threadIdx.x / 32;
+  const int num_vecs = a.K / VEC;
+  const int num_groups = (a.num_pairs + ppc - 1) / ppc;
+
+  // A group's pair slot for this thread: its rows and weights, and whether it writes (the last
+  // group's spare slots redo the last pair and write nothing).
+  struct Slot {
+    int row[kRows];
+    bool writes, valid1;
+    uint4 w[kRows][kPreload];
+    EpiIn in;
+  };
+  auto fetch = [&](int group, Slot& s) {
+    const int pair_index = group * ppc + sub;
+    s.writes = pair_index < a.num_pairs;
+    pair_rows<T, E>(a, s.writes ? pair_index : a.num_pairs - 1, s.row);
+    s.valid1 = s.row[1] < a.N;
+    const uint4* w_row[kRows] = {
+        reinterpret_cast<const uint4*>(a.weight + static_cast<int64_t>(s.row[0]) * a.K),
+        reinterpret_cast<const uint4*>(a.weight +
+                                       static_cast<int64_t>(s.valid1 ? s.row[1] : s.row[0]) * a.K)};
+    load_weights(w_row, tid, nt, num_vecs, s.w);
+    s.in = EpiIn{};
+    if (tid == 0) epi_before_wait<T, E>(a, 0, s.row[0], s.row[1], s.in);
+  };
+
+  // Before the wait, as in gemv_kernel: the first group's weights and step constants, the norm
+  // weight's vectors (cp.async to this thread's shared-memory slots).
+  int group = blockIdx.x;
+  Slot cur;
+  fetch(group, cur);
+  __shared__ __align__(16) uint4 s_nw_cta[kNorm ? kPreload * kThreads : 1];
+  uint4* s_nw = s_nw_cta + (kNorm ? sub * kPreload * nt : 0);
+  if constexpr (kNorm) {
+#pragma unroll
+    for (int v = 0; v < kPreload; ++v) {
+      const int k = v * nt + tid;
+      if (k < num_vecs) cp_async16(&s_nw[v * nt + tid], a.norm_weight + k * VEC);
+    }
+    cp_async_commit();
+  }
+  pdl::launch_dependents();
+  pdl::wait();  // everything below may read what the previous kernel wrote
+  if (tid == 0) epi_after_wait<T, E>(a, 0, cur.row[0], cur.row[1], true, cur.valid1, cur.in);
+
+  // The token's activations, normalized (RMSNorm prologue: 1 / rms over the pair's threads).
+  uint4 xv[kPreload];
+#pragma unroll
+  for (int v = 0; v < kPreload; ++v) {
+    const int k = v * nt + tid;
+    xv[v] = k < num_vecs ? *reinterpret_cast<const uint4*>(a.x + k * VEC) : uint4{};
+  }
+  if constexpr (kNorm) {
+    __shared__ float s_sq[kWarps];
+    float sq = 0.f;
+#pragma unroll
+    for (int v = 0; v < kPreload; ++v) {
+      if (v * nt + tid < num_vecs) {
+        float f[VEC];
+        unpack8<T>(xv[v], f);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) sq = fmaf(f[i], f[i], sq);
+      }
+    }
+    sq = warp_sum(sq);
+    if (lane == 0) s_sq[cta_warp] = sq;
+    if (num_warps > 1) __syncthreads();
+    float s = sq;
+    if (num_warps > 1) {
+      s = 0.f;
+      for (int i = 0; i < num_warps; ++i) s += s_sq[cta_warp - warp + i];
+    }
+    const float inv_rms = rsqrtf(s / static_cast<float>(a.K) + a.eps);
+    cp_async_wait<0>();  // this thread's s_nw slots
+#pragma unroll
+    for (int v = 0; v < kPreload; ++v) {
+      if (v * nt + tid < num_vecs) xv[v] = norm8<T>(xv[v], s_nw[v * nt + tid], inv_rms);
+    }
+  }
+
+  // The groups: the next one's loads first, then this one's dot products, reduction and epilogue
+  // (group is CTA-uniform, so every thread reaches the barriers).
+  __shared__ float s_acc[2][kWarps][kRows];  // by the group's parity: one barrier per group
+  for (int parity = 0; group < num_groups; parity ^= 1) {
+    const int next_group = group + gridDim.x;
+    Slot next;
+    if (next_group < num_groups) {
+      fetch(next_group, next);
+      if (tid == 0) epi_after_wait<T, E>(a, 0, next.row[0], next.row[1], true, next.valid1, next.in);
+    }
+    float acc[kRows] = {0.f, 0.f};
+#pragma unroll
+    for (int v = 0; v < kPreload; ++v) {
+      if (v * nt + tid >= num_vecs) break;
+      float wf[kRows][VEC], xf[VEC];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) unpack8<T>(cur.w[r][v], wf[r]);
+      unpack8<T>(xv[v], xf);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) acc[r] = fmaf(wf[r][i], xf[i], acc[r]);
+      }
+    }
+    float y[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      y[r] = warp_sum(acc[r]);
+      if (lane == 0) s_acc[parity][cta_warp][r] = y[r];
+    }
+    if (num_warps > 1) __syncthreads();
+    if (tid == 0 && cur.writes) {
+      if (num_warps > 1) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          float s = 0.f;
+          for (int i = 0; i < num_warps; ++i) s += s_acc[parity][cta_warp - warp + i][r];
+          y[r] = s;
+        }
+      }
+      write_pair<T, E>(a, 0, cur.row[0], cur.row[1], true, cur.valid1, y[0], y[1], cur.in);
+    }
+    cur = next;
+    group = next_group;
+  }
+}
+
 // ---- launch ------------------------------------------------------------------------------------
 // Threads per row pair. At one token: whole warps, just enough that each thread's kPreload slots
 // cover a row of K (32 to kThreads), so a pair streams all its weights at once and more pairs fit
@@ -379,9 +533,35 @@ constexpr int kPairCtasPerSm = 8;
 inline int pairs_per_cta(int num_tokens, int threads, int num_pairs) {
   if (num_tokens > 1) return 1;
   const int fit = kThreads / threads;
-  const char* force = std::getenv("VGRAPH_GEMV_PAIRS");
-  if (force != nullptr && force[0] != '\0') return std::max(1, std::min(fit, std::atoi(force)));
+  const int cap = env_int("VGRAPH_GEMV_PAIRS", 0, 0, kThreads / 32);  // 0: the rule below
+  if (cap > 0) return std::min(fit, cap);
   return num_pairs > kPairCtasPerSm * num_sms() ? fit : 1;
+}
+
+// The looping kernel's grid for `groups` pair groups on CTAs of `block` threads over a matrix of
+// `weight_bytes`, or 0 for gemv_kernel: as many CTAs as fit the GPU at once where the groups are
+// more; and for a small matrix (at most kSmallMib MiB: it streams in a fraction of a kernel's
+// fixed cost at any grid) kSmallCtasPerSm CTAs an SM, which made SmolLM2-135M's decode step 0.04
+// ms faster than a CTA per group (2026-12-03: fewer CTAs to schedule and retire, and room on each
+// SM for the next kernel's CTAs to load ahead of its wait). Switches (comparisons; read at each
+// launch, so a graph keeps what it was captured with): VGRAPH_GEMV_CTAS_PER_SM=n caps the CTAs an
+// SM gets at n (0 turns the loop off), VGRAPH_GEMV_SMALL_MIB and VGRAPH_GEMV_SMALL_CTAS_PER_SM
+// replace kSmallMib and kSmallCtasPerSm.
+constexpr int kSmallMib = 4;
+constexpr int kSmallCtasPerSm = 2;
+template <typename T, Epilogue E>
+int loop_grid(int groups, int block, int64_t weight_bytes) {
+  int fit = 0;  // the kernel's occupancy: its registers bound it
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, gemv_loop_kernel<T, E>,
+                                                               block, 0));
+  const int64_t small_mib = env_int("VGRAPH_GEMV_SMALL_MIB", kSmallMib, 0, 1024);
+  int per_sm = fit;
+  if (weight_bytes <= (small_mib << 20)) {
+    per_sm = env_int("VGRAPH_GEMV_SMALL_CTAS_PER_SM", kSmallCtasPerSm, 1, 32);
+  }
+  per_sm = std::min({fit, per_sm, env_int("VGRAPH_GEMV_CTAS_PER_SM", fit, 0, 32)});
+  const int grid = per_sm * num_sms();
+  return grid > 0 && groups > grid ? grid : 0;
 }
 
 template <typename T, int MT, Epilogue E>
@@ -390,10 +570,20 @@ void launch_mt(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream) {
   const int threads = gemv_threads(a.num_tokens, a.K);
   args.num_pairs = num_pairs;
   args.pairs_per_cta = pairs_per_cta(a.num_tokens, threads, num_pairs);
-  const int grid = (num_pairs + args.pairs_per_cta - 1) / args.pairs_per_cta;
+  const int block = threads * args.pairs_per_cta;
+  const int groups = (num_pairs + args.pairs_per_cta - 1) / args.pairs_per_cta;
   cudaLaunchAttribute attr[1];
-  const cudaLaunchConfig_t cfg =
-      pdl::launch_config(dim3(grid), dim3(threads * args.pairs_per_cta), 0, stream, attr);
+  // One token whose K fits one chunk: the looping kernel where loop_grid says.
+  const bool one_chunk = a.K / 8 <= kPreload * threads;
+  const int64_t weight_bytes = static_cast<int64_t>(a.N) * a.K * sizeof(T);
+  const int loop =
+      MT == 1 && one_chunk && a.may_loop ? loop_grid<T, E>(groups, block, weight_bytes) : 0;
+  if (loop > 0) {
+    const cudaLaunchConfig_t cfg = pdl::launch_config(dim3(loop), dim3(block), 0, stream, attr);
+    C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_loop_kernel<T, E>, args));
+    return;
+  }
+  const cudaLaunchConfig_t cfg = pdl::launch_config(dim3(groups), dim3(block), 0, stream, attr);
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<T, MT, E>, args));
 }
 

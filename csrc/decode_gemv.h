@@ -43,8 +43,10 @@ struct GemvArgs {
   const int32_t* pos32;
   const float* cos_sin;  // [max_position, head_size] = cos | sin
   int max_position, head_size, rope_heads;  // rope_heads = num_heads + num_kv_heads
-  // CUDA-core kernel, set by its launcher: the row pairs (the grid's work) and how many of them a
-  // CTA takes, each on its own whole warps (more than one only at one token).
+  // CUDA-core kernel: whether its grid may loop over the row pairs at one token (the op's per-shape
+  // table); set by its launcher, the row pairs (the grid's work) and how many of them a CTA takes,
+  // each on its own whole warps (more than one only at one token).
+  bool may_loop;
   int num_pairs, pairs_per_cta;
 };
 

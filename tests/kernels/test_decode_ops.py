@@ -3,8 +3,9 @@ rms_norm_qkv_rope, rms_norm_gate_up_silu) against a float32 torch reference (rel
 the shapes of the three shipped configs and odd token counts; on CUDA also the GEMV path against
 the op's own unfused cuBLAS path (nearly bit-equal: only the fp32 summation order differs), the
 token threshold, a chain of the ops captured in one CUDA graph (programmatic dependent launch
-inside) replayed with new inputs, row pairs packed several to a CTA at one token (bit-equal to a
-CTA per pair), and the ops under torch.compile. CPU always, CUDA under the `gpu` marker.
+inside) replayed with new inputs, at one token row pairs packed several to a CTA and grids
+looping over them (bit-equal to a CTA per pair), the switches' checks, and the ops under
+torch.compile. CPU always, CUDA under the `gpu` marker.
 """
 
 from __future__ import annotations
@@ -222,32 +223,68 @@ def test_gemv_path_matches_unfused_path(
 
 @pytest.mark.parametrize("device", [CUDA])
 @pytest.mark.parametrize("shape", list(SHAPES))
-def test_row_pairs_packed_per_cta_are_bit_equal(
+def test_row_pairs_packed_per_cta_and_looped_are_bit_equal(
     shape: str, device: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """At one token the CUDA-core kernel may give a CTA several row pairs, each on warps of its
-    own: every packing (VGRAPH_GEMV_PAIRS caps it; the launcher's own choice included) writes the
-    bits of a CTA per pair, also where the last CTA has spare pair slots (N = 4101: 2051 pairs)
-    and nothing past N."""
+    own, and where its CTAs exceed one wave (or cover a small matrix) a smaller grid loops over
+    them. Every packing (VGRAPH_GEMV_PAIRS caps it) and loop grid (VGRAPH_GEMV_CTAS_PER_SM caps
+    its CTAs an SM, 0 turns it off; VGRAPH_GEMV_SMALL_MIB and VGRAPH_GEMV_SMALL_CTAS_PER_SM set
+    the small matrices' rule, VGRAPH_GEMV_LOOP=1 allows it where the per-shape table does not),
+    the launcher's own choices included, writes the bits of a CTA per pair, also where the last
+    CTA has spare pair slots (N = 4101: 2051 pairs), nothing past N, and where K spans several
+    chunks, the last one partial."""
     monkeypatch.setenv("VGRAPH_GEMV", "cuda_core")
     dtype = torch.bfloat16
     c = Case(shape, 1, dtype, device)
     w = rand(4101, c.hidden, device=device, dtype=dtype, seed=11, scale=c.hidden**-0.5)
 
+    # K = 12,296: four chunks of 512 vectors at 128 threads, the last one partial
+    long_x = rand(1, 12296, device=device, dtype=dtype, seed=12)
+    long_w = rand(300, 12296, device=device, dtype=dtype, seed=13, scale=12296**-0.5)
+
     def run() -> list[torch.Tensor]:
         out = torch.full((1, 4104), float("nan"), dtype=torch.float32, device=device)
         OPS.rms_norm_linear_out(out[:, :4101], c.hidden_x, c.norm_w, EPS, w, 1)
         assert torch.isnan(out[:, 4101:]).all()
-        return [out] + [r(1) for r in path_runs(c)]
+        long_res = c.residual[:, :1].expand(1, 300).contiguous()
+        OPS.linear_add_residual(long_res, long_x, long_w, 1)
+        return [out, long_res] + [r(1) for r in path_runs(c)]
 
     monkeypatch.setenv("VGRAPH_GEMV_PAIRS", "1")
+    monkeypatch.setenv("VGRAPH_GEMV_CTAS_PER_SM", "0")
     one_pair = run()
     ref = norm_ref(c.hidden_x, c.norm_w) @ w.float().T
     assert rel_err(one_pair[0][:, :4101], ref) < REL_TOL[dtype]
-    for pairs in ("2", "3", "4", ""):  # "": the launcher's choice
+    ref = long_x.float() @ long_w.float().T + c.residual[:, :1].float()
+    assert rel_err(one_pair[1], ref) < REL_TOL[dtype]
+    variants = [(p, c, "", "") for p in ("2", "3", "4", "") for c in ("0", "1", "3", "")]
+    variants += [("", "", mib, ctas) for mib in ("0", "64") for ctas in ("1", "3")]
+    for pairs, ctas, small_mib, small_ctas in variants:  # "": the launcher's choice
         monkeypatch.setenv("VGRAPH_GEMV_PAIRS", pairs)
+        monkeypatch.setenv("VGRAPH_GEMV_CTAS_PER_SM", ctas)  # 1: every op with more CTAs than SMs
+        monkeypatch.setenv("VGRAPH_GEMV_LOOP", "1" if ctas in ("1", "3") else "")  # every shape
+        monkeypatch.setenv("VGRAPH_GEMV_SMALL_MIB", small_mib)
+        monkeypatch.setenv("VGRAPH_GEMV_SMALL_CTAS_PER_SM", small_ctas)
         for got, want in zip(run(), one_pair):  # bit-equal (NaN past N in both)
             torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("device", [CUDA])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("VGRAPH_GEMV_PAIRS", "5"), ("VGRAPH_GEMV_PAIRS", "x"), ("VGRAPH_GEMV_CTAS_PER_SM", "33"),
+     ("VGRAPH_GEMV_CTAS_PER_SM", "-1"), ("VGRAPH_GEMV_SMALL_MIB", "1025"),
+     ("VGRAPH_GEMV_SMALL_CTAS_PER_SM", "0"), ("VGRAPH_GEMV_LOOP", "2")],
+)  # fmt: skip
+def test_gemv_switches_reject_bad_values(
+    name: str, value: str, device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VGRAPH_GEMV", "cuda_core")
+    monkeypatch.setenv(name, value)
+    c = Case("SmolLM2-135M", 1, torch.bfloat16, device)
+    with pytest.raises(RuntimeError, match=f"{name} must be an integer in"):
+        run_gate_up(c, 1)
 
 
 @pytest.mark.parametrize("device", [CUDA])
