@@ -65,10 +65,10 @@ using namespace gemv;  // NOLINT: this file is gemv's only client
 // cuBLAS wins for all three. With its grid looping over the row pairs (2026-12-03-h200-gemv-loop,
 // call 1) the kernel takes 21.8 / 124.9 / 78.5 us, so Qwen3-0.6B's one token moved to it too.
 // `loop`: whether the one-token CUDA-core kernel may loop a smaller grid over its row pairs
-// (loop_grid in decode_gemv.cuh). Llama-3.2-1B's gate/up may not: in the decode step its looping
-// grid, which fills every SM's registers, was 0 and 25 us slower than waves of CTAs
-// (2026-12-03-h200-gemv-loop, calls 1 and 2; the down projection after it can load ahead only
-// where CTAs retire early), although alone, chained, it is 2.2-2.4 us faster a call.
+// (loop_grid in decode_gemv.cuh). Llama-3.2-1B's gate/up and final norm + LM head may not: alone,
+// chained, they loop 2.2-2.4 and 6-7 us a call faster, but in the decode step the GPU was busy 0,
+// 25 and 14 us longer with them looping than with neither (2026-12-03-h200-gemv-loop, calls 1-3;
+// in call 3 the LM head alone looped).
 struct Threshold {
   Epilogue e;
   int64_t n, k, max_tokens, mma_from;
@@ -88,7 +88,7 @@ constexpr Threshold kThresholds[] = {
     {Epilogue::kSiluMul, 16384, 2048, 1, 2, false},
     {Epilogue::kAddResidual, 2048, 8192, 8, 2},
     {Epilogue::kStore, 128256, 2048, 2, 4},
-    {Epilogue::kNormStore, 128256, 2048, 1, 2},
+    {Epilogue::kNormStore, 128256, 2048, 1, 2, false},
     // Qwen3-0.6B
     {Epilogue::kQkvRope, 4096, 1024, 8, 2},
     {Epilogue::kAddResidual, 1024, 2048, 16, 4},
