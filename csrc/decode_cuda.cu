@@ -67,8 +67,8 @@ using namespace gemv;  // NOLINT: this file is gemv's only client
 // `loop`: whether the one-token CUDA-core kernel may loop a smaller grid over its row pairs
 // (loop_grid in decode_gemv.cuh). Llama-3.2-1B's gate/up and final norm + LM head may not: alone,
 // chained, they loop 2.2-2.4 and 6-7 us a call faster, but in the decode step the GPU was busy 0,
-// 25 and 14 us longer with them looping than with neither (2026-12-03-h200-gemv-loop, calls 1-3;
-// in call 3 the LM head alone looped).
+// 25 and 23 us longer with both looping than with neither, and 14 with the LM head alone
+// (2026-12-03-h200-gemv-loop, calls 1, 2, 4 and 3).
 struct Threshold {
   Epilogue e;
   int64_t n, k, max_tokens, mma_from;

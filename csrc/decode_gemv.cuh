@@ -373,13 +373,13 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
 }
 
 // ---- the looping kernel (one token) -------------------------------------------------------------
-// For one token, K within one chunk, and more pair groups (a CTA's pairs) than fit the GPU at
-// once: the LM heads, Llama-3.2-1B's gate/up. gemv_kernel would run them in waves of CTAs that each
-// load, reduce, store and exit, and a slot's next loads wait for that exit. Here a grid that fits
-// loops over the groups (group = blockIdx.x + i * gridDim.x) and loads group i + 1's weights (and
-// its epilogue's inputs) before it computes group i, so every thread keeps loads in flight. The
-// activations are read and normalized once. Per pair the arithmetic is gemv_kernel's at one token,
-// in the same order: bit-equal.
+// For one token, K within one chunk, and more pair groups (a CTA's pairs) than fit the GPU at once
+// (SmolLM2-135M's and Qwen3-0.6B's LM heads, Qwen3-0.6B's gate/up) or a small matrix (loop_grid).
+// gemv_kernel would run them in waves of CTAs that each load, reduce, store and exit, and a slot's
+// next loads wait for that exit. Here a smaller grid loops over the groups (group = blockIdx.x +
+// i * gridDim.x) and loads group i + 1's weights (and its epilogue's inputs) before it computes
+// group i, so every thread keeps loads in flight. The activations are read and normalized once.
+// Per pair the arithmetic is gemv_kernel's at one token, in the same order: bit-equal.
 template <typename T, Epilogue E>
 __global__ void __launch_bounds__(kThreads) gemv_loop_kernel(const GemvArgs<T> a) {
   constexpr int VEC = 8;
