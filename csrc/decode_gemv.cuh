@@ -216,6 +216,20 @@ __device__ __forceinline__ void load_weights(const uint4* const (&w_row)[kRows],
   }
 }
 
+// The norm weight's vectors of a thread's first chunk (k = v * nt + tid), copied to its own slots
+// s_nw[v * nt + tid] by cp.async (no registers held, no stall; only this thread reads them, after
+// its cp_async_wait).
+template <typename T>
+__device__ __forceinline__ void stage_norm_weight(const T* norm_weight, uint4* s_nw, int tid,
+                                                  int nt, int num_vecs) {
+#pragma unroll
+  for (int v = 0; v < kPreload; ++v) {
+    const int k = v * nt + tid;
+    if (k < num_vecs) cp_async16(&s_nw[v * nt + tid], norm_weight + k * 8);
+  }
+  cp_async_commit();
+}
+
 // ---- the kernel --------------------------------------------------------------------------------
 template <typename T, int MT, Epilogue E>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
@@ -250,14 +264,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
   // [pair slot][kPreload][nt]: blockDim.x <= kThreads
   __shared__ __align__(16) uint4 s_nw_cta[kNorm ? kPreload * kThreads : 1];
   uint4* s_nw = s_nw_cta + (kNorm ? sub * kPreload * nt : 0);
-  if constexpr (kNorm) {
-#pragma unroll
-    for (int v = 0; v < kPreload; ++v) {
-      const int k = v * nt + tid;
-      if (k < num_vecs) cp_async16(&s_nw[v * nt + tid], a.norm_weight + k * VEC);
-    }
-    cp_async_commit();
-  }
+  if constexpr (kNorm) stage_norm_weight(a.norm_weight, s_nw, tid, nt, num_vecs);
   EpiIn in;  // thread m < m_count writes token m's outputs (step 6)
   if (tid < m_count) epi_before_wait<T, E>(a, tid, row[0], row[1], in);
   pdl::launch_dependents();
@@ -419,14 +426,7 @@ __global__ void __launch_bounds__(kThreads) gemv_loop_kernel(const GemvArgs<T> a
   fetch(group, cur);
   __shared__ __align__(16) uint4 s_nw_cta[kNorm ? kPreload * kThreads : 1];
   uint4* s_nw = s_nw_cta + (kNorm ? sub * kPreload * nt : 0);
-  if constexpr (kNorm) {
-#pragma unroll
-    for (int v = 0; v < kPreload; ++v) {
-      const int k = v * nt + tid;
-      if (k < num_vecs) cp_async16(&s_nw[v * nt + tid], a.norm_weight + k * VEC);
-    }
-    cp_async_commit();
-  }
+  if constexpr (kNorm) stage_norm_weight(a.norm_weight, s_nw, tid, nt, num_vecs);
   pdl::launch_dependents();
   pdl::wait();  // everything below may read what the previous kernel wrote
   if (tid == 0) epi_after_wait<T, E>(a, 0, cur.row[0], cur.row[1], true, cur.valid1, cur.in);
