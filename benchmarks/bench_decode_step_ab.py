@@ -23,7 +23,9 @@ small matrices keep a CTA per group, VGRAPH_GEMV_SMALL_MIB=0), `small1` / `small
 matrices loop at 1 / 3 CTAs an SM instead of 2), `small16` (matrices up to 16 MiB count as small
 instead of 4), `loop_all` (also the shapes whose table entry keeps a CTA per group loop,
 VGRAPH_GEMV_LOOP=1), `o_apart` (the O projection in its own launch after attention, where the
-attention launch would add it itself, VGRAPH_ATTN_O_PROJ_TOKENS=0).
+attention launch would add it itself, VGRAPH_ATTN_O_PROJ_TOKENS=0), `o_l2` (the attention launch's
+O projection with its o_weight columns prefetched into L2, never staged in shared memory,
+VGRAPH_ATTN_O_PROJ_STAGE=0).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 
@@ -80,6 +82,7 @@ VARIANTS = (
     "small16",
     "loop_all",
     "o_apart",
+    "o_l2",
 )
 # Switches the csrc ops read at each launch (so at capture): the variant's, while it starts.
 VARIANT_ENV = {
@@ -100,6 +103,7 @@ VARIANT_ENV = {
     "small16": {"VGRAPH_GEMV_SMALL_MIB": "16"},
     "loop_all": {"VGRAPH_GEMV_LOOP": "1"},
     "o_apart": {"VGRAPH_ATTN_O_PROJ_TOKENS": "0"},
+    "o_l2": {"VGRAPH_ATTN_O_PROJ_STAGE": "0"},
 }
 
 

@@ -91,6 +91,7 @@ struct AttnParams {
   unsigned int* o_counters;      // [num_tokens] head groups arrived, zero between launches
   int64_t res_stride;
   int hidden;
+  int o_stage;                   // 1: partition 0 stages its columns in shared memory, 0: in L2
 };
 
 template <typename scalar_t, int HEAD_DIM, int GT>
@@ -110,7 +111,9 @@ struct AttnCfg {
   // heads' o_weight columns, [hidden][kOVecs] 16-byte vectors.
   static constexpr int kOVecs = GT * HEAD_DIM / kVec;
   static constexpr int kORowBytes = GT * HEAD_DIM * 4;
-  static int o_smem_bytes(int hidden) { return kSmemBytes + kORowBytes + hidden * kOVecs * 16; }
+  static int o_smem_bytes(int hidden, bool stage) {
+    return kSmemBytes + kORowBytes + (stage ? hidden * kOVecs * 16 : 0);
+  }
   static_assert(kLanes <= 32 && 32 % kLanes == 0, "a position's lanes must sit in one warp");
   static_assert(kColumns % kThreads == 0 || kThreads % kColumns == 0, "columns tile the CTA");
   static_assert(kPartsBytes <= kSmemBytes, "the partition merge fits the pipeline's smem");
@@ -355,14 +358,24 @@ __device__ __forceinline__ int o_slot(int n, int v) {
   return n * AttnCfg<scalar_t, HEAD_DIM, GT>::kOVecs + (v ^ (n & 7));
 }
 
-// The columns of heads h0..h0+GT of every o_weight row, copied to s_w (cp.async, one group): a
-// weight, so read before the PDL wait, while the previous kernel runs.
+// The columns of heads h0..h0+GT of every o_weight row, copied to s_w (cp.async, one group), or
+// (s_w null) prefetched into L2: a weight, so read before the PDL wait, while the previous kernel
+// runs.
 template <typename scalar_t, int HEAD_DIM, int GT>
 __device__ __forceinline__ void stage_o_weight(const AttnParams& p, int h0, uint4* s_w) {
   using Cfg = AttnCfg<scalar_t, HEAD_DIM, GT>;
   constexpr int KV = Cfg::kOVecs;
   const int64_t row_stride = static_cast<int64_t>(p.num_heads) * HEAD_DIM;
   const scalar_t* w = reinterpret_cast<const scalar_t*>(p.o_weight) + h0 * HEAD_DIM;
+  if (s_w == nullptr) {
+    constexpr int LINES = (KV * 16 + 127) / 128;  // 128-byte lines of a row's columns
+    for (int i = threadIdx.x; i < p.hidden * LINES; i += kThreads) {
+      const int n = i / LINES, l = i % LINES;
+      const scalar_t* line = w + n * row_stride + l * (128 / sizeof(scalar_t));
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+    }
+    return;
+  }
   for (int i = threadIdx.x; i < p.hidden * KV; i += kThreads) {
     const int n = i / KV, v = i % KV;
     cp_async16(s_w + o_slot<scalar_t, HEAD_DIM, GT>(n, v), w + n * row_stride + v * Cfg::kVec);
@@ -537,7 +550,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
   // OP: partition 0 stages its heads' o_weight columns (the CTA that writes the final rows when
   // the context is not split; a merging CTA of another partition reads them from global memory).
   if constexpr (OP) {
-    if (part == 0 && used > 0) stage_o_weight<scalar_t, HEAD_DIM, GT>(p, h0, s_w);
+    if (part == 0 && used > 0) {
+      stage_o_weight<scalar_t, HEAD_DIM, GT>(p, h0, p.o_stage ? s_w : nullptr);
+    }
   }
   pdl::launch_dependents();
   pdl::wait();  // below: the query and this step's K/V, written by the previous kernel
@@ -691,7 +706,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
     }
   }
   if (used == 1) {
-    if constexpr (OP) o_project<scalar_t, HEAD_DIM, GT>(p, t, h0, s_o, s_w, &s_last);
+    if constexpr (OP) {
+      o_project<scalar_t, HEAD_DIM, GT>(p, t, h0, s_o, p.o_stage ? s_w : nullptr, &s_last);
+    }
     return;
   }
 
@@ -716,7 +733,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
   if (!s_last) return;
   merge_partials<scalar_t, HEAD_DIM, GT>(p, t, h0, used, out, smem, s_o);
   if constexpr (OP) {
-    o_project<scalar_t, HEAD_DIM, GT>(p, t, h0, s_o, part == 0 ? s_w : nullptr, &s_last);
+    o_project<scalar_t, HEAD_DIM, GT>(p, t, h0, s_o, p.o_stage && part == 0 ? s_w : nullptr,
+                                      &s_last);
   }
 }
 
@@ -788,10 +806,13 @@ struct OProj {
 };
 
 // The O projection joins the launch (paged_attention_kernel<..., true>) for at most this many
-// tokens (VGRAPH_ATTN_O_PROJ_TOKENS, 0 = never, for measurements), where the token's head groups
-// fit the GPU at once and their o_weight columns fit a CTA's shared memory: one kernel boundary
-// fewer per layer. Else a separate linear_add_residual after the launch.
-constexpr int kOProjMaxTokens = 8;
+// tokens (VGRAPH_ATTN_O_PROJ_TOKENS, 0 = never, for measurements) where a head group's o_weight
+// columns take at most kOProjMaxColumnBytes: one kernel boundary fewer per layer. Partition 0's
+// CTAs stage the columns in shared memory where the head groups of all tokens fit the GPU at once
+// with that much shared memory each, else prefetch them into L2 (VGRAPH_ATTN_O_PROJ_STAGE=0 always
+// prefetches, for measurements). Else a separate linear_add_residual after the launch.
+constexpr int kOProjMaxTokens = 16;
+constexpr int64_t kOProjMaxColumnBytes = 96 << 10;
 
 int max_dynamic_smem() {
   static const int bytes = [] {
@@ -843,9 +864,14 @@ bool launch(const AttentionShape& s, AttnParams p, const at::Tensor& query,
     if (o.has_value()) {
       const int64_t hidden = o->weight.size(0);
       const int max_tokens = env_int("VGRAPH_ATTN_O_PROJ_TOKENS", kOProjMaxTokens, 0, 64);
-      fuse_o = s.num_tokens <= max_tokens && s.num_tokens * num_groups <= num_sms() &&
-               hidden <= (1 << 16) && Cfg::o_smem_bytes(hidden) <= max_dynamic_smem() - 1024;
-      if (fuse_o) smem = Cfg::o_smem_bytes(static_cast<int>(hidden));
+      const bool may_stage = env_int("VGRAPH_ATTN_O_PROJ_STAGE", 1, 0, 1) == 1;
+      fuse_o = s.num_tokens <= max_tokens && hidden * Cfg::kOVecs * 16 <= kOProjMaxColumnBytes;
+      if (fuse_o) {
+        const int h = static_cast<int>(hidden);
+        p.o_stage = may_stage && s.num_tokens * num_groups <= num_sms() &&
+                    Cfg::o_smem_bytes(h, true) <= max_dynamic_smem() - 1024;
+        smem = Cfg::o_smem_bytes(h, p.o_stage);
+      }
     }
   }
   void (*kernel)(AttnParams) = paged_attention_kernel<scalar_t, HEAD_DIM, GT, false>;
