@@ -22,10 +22,7 @@ groups than 2 / 3 CTAs an SM loops at that many), `small_off` (only grids over o
 small matrices keep a CTA per group, VGRAPH_GEMV_SMALL_MIB=0), `small1` / `small3` (small
 matrices loop at 1 / 3 CTAs an SM instead of 2), `small16` (matrices up to 16 MiB count as small
 instead of 4), `loop_all` (also the shapes whose table entry keeps a CTA per group loop,
-VGRAPH_GEMV_LOOP=1), `o_apart` (the O projection in its own launch after attention, where the
-attention launch would add it itself, VGRAPH_ATTN_O_PROJ_TOKENS=0), `o_l2` (the attention launch's
-O projection with its o_weight columns prefetched into L2, never staged in shared memory,
-VGRAPH_ATTN_O_PROJ_STAGE=0).
+VGRAPH_GEMV_LOOP=1).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 
@@ -81,8 +78,6 @@ VARIANTS = (
     "small3",
     "small16",
     "loop_all",
-    "o_apart",
-    "o_l2",
 )
 # Switches the csrc ops read at each launch (so at capture): the variant's, while it starts.
 VARIANT_ENV = {
@@ -102,8 +97,6 @@ VARIANT_ENV = {
     "small3": {"VGRAPH_GEMV_SMALL_CTAS_PER_SM": "3"},
     "small16": {"VGRAPH_GEMV_SMALL_MIB": "16"},
     "loop_all": {"VGRAPH_GEMV_LOOP": "1"},
-    "o_apart": {"VGRAPH_ATTN_O_PROJ_TOKENS": "0"},
-    "o_l2": {"VGRAPH_ATTN_O_PROJ_STAGE": "0"},
 }
 
 

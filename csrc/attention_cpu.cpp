@@ -125,12 +125,9 @@ void paged_attention_cpu(at::Tensor& out, const at::Tensor& query, at::Tensor& k
                          const at::Tensor& seq_lens, const at::Tensor& block_table, double scale,
                          std::optional<int64_t> num_reqs, const std::optional<at::Tensor>& key,
                          const std::optional<at::Tensor>& value,
-                         const std::optional<at::Tensor>& slot_mapping,
-                         const std::optional<at::Tensor>& o_weight,
-                         const std::optional<at::Tensor>& residual) {
+                         const std::optional<at::Tensor>& slot_mapping) {
   const AttentionShape s = check_paged_attention(out, query, key_cache, value_cache,
                                                  query_start_loc, seq_lens, block_table, num_reqs);
-  const bool o_proj = check_o_proj(s, query, o_weight, residual);
   if (check_append(s, key, value, slot_mapping, key_cache, value_cache)) {
     reshape_and_cache_cpu(*key, *value, key_cache, value_cache, *slot_mapping);
   }
@@ -142,7 +139,6 @@ void paged_attention_cpu(at::Tensor& out, const at::Tensor& query, at::Tensor& k
     attend<scalar_t>(s, out, query, key_cache, value_cache, block_table, token_req, token_ctx,
                      static_cast<float>(scale));
   });
-  if (o_proj) add_o_proj(out, *o_weight, *residual);
 }
 
 }  // namespace

@@ -82,16 +82,6 @@ struct AttnParams {
   int min_chunk;                 // smallest partition, in positions (min_chunk())
   int one_part;                  // a context of at most this many positions is not split
   float scale_log2;              // softmax scale * log2(e): scores live in log2 units
-  // O projection in the launch (paged_attention_kernel<..., true>): residual[t] += out[t] @
-  // o_weight^T. Each head group's final CTA adds its heads' columns' products over every hidden
-  // row into o_part; the last group of the token to arrive sums them in group order.
-  const void* o_weight;          // [hidden, num_heads * head_dim]
-  void* residual;                // [num_tokens, hidden] (row stride res_stride)
-  float* o_part;                 // [num_tokens, num_heads / GT, hidden]
-  unsigned int* o_counters;      // [num_tokens] head groups arrived, zero between launches
-  int64_t res_stride;
-  int hidden;
-  int o_stage;                   // 1: partition 0 stages its columns in shared memory, 0: in L2
 };
 
 template <typename scalar_t, int HEAD_DIM, int GT>
@@ -107,13 +97,6 @@ struct AttnCfg {
   static constexpr int kPartsInFlight = kColumns >= kThreads ? 1 : kThreads / kColumns;
   static constexpr int kPartsBytes = 2 * GT * kMaxParts * 4 + (GT + 3) / 4 * 16 + kThreads * 16;
   static constexpr int kSmemBytes = kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes;
-  // The O projection's shared memory, after kSmemBytes: the GT final rows (float), then the GT
-  // heads' o_weight columns, [hidden][kOVecs] 16-byte vectors.
-  static constexpr int kOVecs = GT * HEAD_DIM / kVec;
-  static constexpr int kORowBytes = GT * HEAD_DIM * 4;
-  static int o_smem_bytes(int hidden, bool stage) {
-    return kSmemBytes + kORowBytes + (stage ? hidden * kOVecs * 16 : 0);
-  }
   static_assert(kLanes <= 32 && 32 % kLanes == 0, "a position's lanes must sit in one warp");
   static_assert(kColumns % kThreads == 0 || kThreads % kColumns == 0, "columns tile the CTA");
   static_assert(kPartsBytes <= kSmemBytes, "the partition merge fits the pipeline's smem");
@@ -248,7 +231,7 @@ __device__ __forceinline__ KvRow load_kv_row(const AttnParams& p, int t, int kvh
 // (float4 columns), their sums added in shared memory.
 template <typename scalar_t, int HEAD_DIM, int GT>
 __device__ __forceinline__ void merge_partials(const AttnParams& p, int t, int h0, int used,
-                                               scalar_t* out, unsigned char* smem, float* s_o) {
+                                               scalar_t* out, unsigned char* smem) {
   using Cfg = AttnCfg<scalar_t, HEAD_DIM, GT>;
   constexpr int DV = HEAD_DIM / 4;  // float4 columns of one head's row
   constexpr int COLS = Cfg::kColumns;
@@ -302,13 +285,10 @@ __device__ __forceinline__ void merge_partials(const AttnParams& p, int t, int h
     const int g = c / DV;
     const float inv = s_inv[g];
     scalar_t* o = out + (h0 + g) * p.o_head_stride + (c % DV) * 4;
-    const scalar_t r[4] = {static_cast<scalar_t>(a.x * inv), static_cast<scalar_t>(a.y * inv),
-                           static_cast<scalar_t>(a.z * inv), static_cast<scalar_t>(a.w * inv)};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      o[i] = r[i];
-      if (s_o != nullptr) s_o[c * 4 + i] = static_cast<float>(r[i]);  // the O projection's input
-    }
+    o[0] = static_cast<scalar_t>(a.x * inv);
+    o[1] = static_cast<scalar_t>(a.y * inv);
+    o[2] = static_cast<scalar_t>(a.z * inv);
+    o[3] = static_cast<scalar_t>(a.w * inv);
   };
   for (int c = tid % COLS; c < COLS; c += kThreads) {
     const int g = c / DV;
@@ -350,97 +330,7 @@ __device__ __forceinline__ void merge_partials(const AttnParams& p, int t, int h
   }
 }
 
-// ---- the O projection in the launch ------------------------------------------------------------
-// Row n of the GT heads' o_weight columns lives in s_w[n * kOVecs + (v ^ (n & 7))]: a warp reads
-// 32 consecutive rows at one v, and the XOR spreads each eight of them over all 32 banks.
 template <typename scalar_t, int HEAD_DIM, int GT>
-__device__ __forceinline__ int o_slot(int n, int v) {
-  return n * AttnCfg<scalar_t, HEAD_DIM, GT>::kOVecs + (v ^ (n & 7));
-}
-
-// The columns of heads h0..h0+GT of every o_weight row, copied to s_w (cp.async, one group), or
-// (s_w null) prefetched into L2: a weight, so read before the PDL wait, while the previous kernel
-// runs.
-template <typename scalar_t, int HEAD_DIM, int GT>
-__device__ __forceinline__ void stage_o_weight(const AttnParams& p, int h0, uint4* s_w) {
-  using Cfg = AttnCfg<scalar_t, HEAD_DIM, GT>;
-  constexpr int KV = Cfg::kOVecs;
-  const int64_t row_stride = static_cast<int64_t>(p.num_heads) * HEAD_DIM;
-  const scalar_t* w = reinterpret_cast<const scalar_t*>(p.o_weight) + h0 * HEAD_DIM;
-  if (s_w == nullptr) {
-    constexpr int LINES = (KV * 16 + 127) / 128;  // 128-byte lines of a row's columns
-    for (int i = threadIdx.x; i < p.hidden * LINES; i += kThreads) {
-      const int n = i / LINES, l = i % LINES;
-      const scalar_t* line = w + n * row_stride + l * (128 / sizeof(scalar_t));
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
-    }
-    return;
-  }
-  for (int i = threadIdx.x; i < p.hidden * KV; i += kThreads) {
-    const int n = i / KV, v = i % KV;
-    cp_async16(s_w + o_slot<scalar_t, HEAD_DIM, GT>(n, v), w + n * row_stride + v * Cfg::kVec);
-  }
-  cp_async_commit();
-}
-
-// Called by the CTA that wrote the final rows of heads h0..h0+GT of token t (s_o: those rows as
-// rounded to the dtype, as the separate O projection would read them): their columns' products
-// with every o_weight row (s_w, or straight from global memory when this CTA did not stage them)
-// go to o_part; the head group arrives, and the token's last group to arrive adds the groups'
-// products in group order, rounds the sum to the dtype (the projection's rounding) and adds it
-// into the residual row. Arrival as in the partition merge: a barrier and a release fence before
-// the count, an acquire fence after the last; the last arrival resets the counter.
-template <typename scalar_t, int HEAD_DIM, int GT>
-__device__ __forceinline__ void o_project(const AttnParams& p, int t, int h0, const float* s_o,
-                          const uint4* s_w, bool* s_last) {
-  using Cfg = AttnCfg<scalar_t, HEAD_DIM, GT>;
-  constexpr int KV = Cfg::kOVecs;
-  constexpr int VEC = Cfg::kVec;
-  const int tid = threadIdx.x;
-  const int groups = gridDim.y;
-  __syncthreads();  // s_o complete; s_w landed (every thread's cp_async_wait<0> came before)
-  const int64_t row_stride = static_cast<int64_t>(p.num_heads) * HEAD_DIM;
-  const uint4* w_global =
-      reinterpret_cast<const uint4*>(reinterpret_cast<const scalar_t*>(p.o_weight) + h0 * HEAD_DIM);
-  float* part = p.o_part + (static_cast<int64_t>(t) * groups + blockIdx.y) * p.hidden;
-  for (int n = tid; n < p.hidden; n += kThreads) {
-    float acc = 0.f;
-#pragma unroll
-    for (int v = 0; v < KV; ++v) {
-      const uint4 raw = s_w != nullptr ? s_w[o_slot<scalar_t, HEAD_DIM, GT>(n, v)]
-                                       : __ldg(w_global + n * (row_stride / VEC) + v);
-      float wf[VEC];
-      unpack<scalar_t>(raw, wf);
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) acc = fmaf(wf[i], s_o[v * VEC + i], acc);
-    }
-    part[n] = acc;
-  }
-  __syncthreads();
-  if (tid == 0) {
-    unsigned int* counter = p.o_counters + t;
-    __threadfence();  // release: this group's products before its arrival
-    const bool last = atomicAdd(counter, 1u) == static_cast<unsigned int>(groups - 1);
-    if (last) {
-      *counter = 0u;
-      __threadfence();  // acquire
-    }
-    *s_last = last;
-  }
-  __syncthreads();
-  if (!*s_last) return;
-  const float* parts = p.o_part + static_cast<int64_t>(t) * groups * p.hidden;
-  scalar_t* res = reinterpret_cast<scalar_t*>(p.residual) + t * p.res_stride;
-  for (int n = tid; n < p.hidden; n += kThreads) {
-    const float r = static_cast<float>(res[n]);
-    float sum = 0.f;
-#pragma unroll 8
-    for (int g = 0; g < groups; ++g) sum += __ldcg(parts + static_cast<int64_t>(g) * p.hidden + n);
-    res[n] = static_cast<scalar_t>(static_cast<float>(static_cast<scalar_t>(sum)) + r);
-  }
-}
-
-template <typename scalar_t, int HEAD_DIM, int GT, bool OP>
 __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnParams p) {
   using Cfg = AttnCfg<scalar_t, HEAD_DIM, GT>;
   constexpr int VEC = Cfg::kVec;
@@ -451,9 +341,6 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int s_meta[4];
   __shared__ bool s_last;  // this CTA is the last of its (token, group) to arrive
-  // OP: the final rows and the staged o_weight columns, after the pipeline's buffers
-  float* s_o = OP ? reinterpret_cast<float*>(smem + Cfg::kSmemBytes) : nullptr;
-  uint4* s_w = OP ? reinterpret_cast<uint4*>(smem + Cfg::kSmemBytes + Cfg::kORowBytes) : nullptr;
 
   const int t = blockIdx.x;
   const int h0 = blockIdx.y * GT;
@@ -546,13 +433,6 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < early) issue(s, blk[s]);
-  }
-  // OP: partition 0 stages its heads' o_weight columns (the CTA that writes the final rows when
-  // the context is not split; a merging CTA of another partition reads them from global memory).
-  if constexpr (OP) {
-    if (part == 0 && used > 0) {
-      stage_o_weight<scalar_t, HEAD_DIM, GT>(p, h0, p.o_stage ? s_w : nullptr);
-    }
   }
   pdl::launch_dependents();
   pdl::wait();  // below: the query and this step's K/V, written by the previous kernel
@@ -696,21 +576,14 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
       a = fmaf(s_acc[(j * GT + g) * HEAD_DIM + d], w, a);
     }
     if (used == 1) {  // the whole context in one partition: the final row, no counter
-      const scalar_t o = static_cast<scalar_t>(a / sum);
-      out[(h0 + g) * p.o_head_stride + d] = o;
-      if constexpr (OP) s_o[i] = static_cast<float>(o);
+      out[(h0 + g) * p.o_head_stride + d] = static_cast<scalar_t>(a / sum);
     } else {
       const int64_t row = (static_cast<int64_t>(t) * p.num_heads + h0 + g) * p.num_parts + part;
       p.part_out[row * HEAD_DIM + d] = a;
       if (d == 0) p.part_ml[row] = make_float2(mx, sum);
     }
   }
-  if (used == 1) {
-    if constexpr (OP) {
-      o_project<scalar_t, HEAD_DIM, GT>(p, t, h0, s_o, p.o_stage ? s_w : nullptr, &s_last);
-    }
-    return;
-  }
+  if (used == 1) return;
 
   // 6. Arrive, and the last arrival merges. The barrier orders every thread's partial stores
   // before thread 0's fence, which (cumulative, as in cooperative groups' grid sync) makes them
@@ -730,12 +603,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
     s_last = last;
   }
   __syncthreads();
-  if (!s_last) return;
-  merge_partials<scalar_t, HEAD_DIM, GT>(p, t, h0, used, out, smem, s_o);
-  if constexpr (OP) {
-    o_project<scalar_t, HEAD_DIM, GT>(p, t, h0, s_o, p.o_stage && part == 0 ? s_w : nullptr,
-                                      &s_last);
-  }
+  if (s_last) merge_partials<scalar_t, HEAD_DIM, GT>(p, t, h0, used, out, smem);
 }
 
 // The smallest partition: kMinChunk, or VGRAPH_ATTN_MIN_CHUNK (a multiple of 16, for
@@ -799,115 +667,39 @@ unsigned int* merge_counters(c10::DeviceIndex device, int64_t n) {
   return b.ptr;
 }
 
-// The O projection's operands, where the call has one (paged_attention's o_weight, residual).
-struct OProj {
-  const at::Tensor& weight;
-  const at::Tensor& residual;
-};
-
-// The O projection joins the launch (paged_attention_kernel<..., true>) for at most this many
-// tokens (VGRAPH_ATTN_O_PROJ_TOKENS, 0 = never, for measurements) where a head group's o_weight
-// columns take at most kOProjMaxColumnBytes: one kernel boundary fewer per layer. Partition 0's
-// CTAs stage the columns in shared memory where the head groups of all tokens fit the GPU at once
-// with that much shared memory each, else prefetch them into L2 (VGRAPH_ATTN_O_PROJ_STAGE=0 always
-// prefetches, for measurements). Else a separate linear_add_residual after the launch.
-constexpr int kOProjMaxTokens = 16;
-constexpr int64_t kOProjMaxColumnBytes = 96 << 10;
-
-int max_dynamic_smem() {
-  static const int bytes = [] {
-    int v = 0;
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                          c10::cuda::current_device()));
-    return v;
-  }();
-  return bytes;
-}
-
-// CTAs of `kernel` resident on the GPU at `smem` dynamic bytes each, cached per (kernel, bytes):
-// an eager call's host time matters, it runs between the captured pieces of every layer. The
-// kernel's dynamic shared memory limit is raised to the largest size seen.
-int64_t resident_ctas(void (*kernel)(AttnParams), int smem) {
-  struct Entry {
-    void (*kernel)(AttnParams);
-    int smem;
-    int64_t ctas;
-  };
-  static std::mutex mutex;
-  static std::vector<Entry> cache;
-  const std::lock_guard<std::mutex> lock(mutex);
-  int largest = 0;
-  for (const Entry& e : cache) {
-    if (e.kernel == kernel && e.smem == smem) return e.ctas;
-    if (e.kernel == kernel) largest = std::max(largest, e.smem);
-  }
-  if (smem > largest) {
-    C10_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  }
-  int per_sm = 0;
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
-  const int64_t ctas = static_cast<int64_t>(std::max(per_sm, 1)) * num_sms();
-  cache.push_back(Entry{kernel, smem, ctas});
-  return ctas;
-}
-
-// Launches the attention (and, where it fits, the O projection: returns whether it did).
 template <typename scalar_t, int HEAD_DIM, int GT>
-bool launch(const AttentionShape& s, AttnParams p, const at::Tensor& query,
-            const std::optional<OProj>& o, cudaStream_t stream) {
+void launch(const AttentionShape& s, AttnParams p, const at::Tensor& query, cudaStream_t stream) {
   using Cfg = AttnCfg<scalar_t, HEAD_DIM, GT>;
+  auto kernel = paged_attention_kernel<scalar_t, HEAD_DIM, GT>;
+  // once per instantiation (and device: vgraph runs one device per process): the host cost of
+  // an eager call matters, it runs between the captured pieces of every layer
+  static const int64_t resident_ctas = [&] {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        Cfg::kSmemBytes));
+    int per_sm = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads,
+                                                                 Cfg::kSmemBytes));
+    return static_cast<int64_t>(std::max(per_sm, 1)) * num_sms();
+  }();
   const int64_t num_groups = s.num_heads / GT;
-  bool fuse_o = false;
-  int smem = Cfg::kSmemBytes;
-  if constexpr (sizeof(scalar_t) == 2) {  // the model's dtypes; float32 keeps the separate op
-    if (o.has_value()) {
-      const int64_t hidden = o->weight.size(0);
-      const int max_tokens = env_int("VGRAPH_ATTN_O_PROJ_TOKENS", kOProjMaxTokens, 0, 64);
-      const bool may_stage = env_int("VGRAPH_ATTN_O_PROJ_STAGE", 1, 0, 1) == 1;
-      fuse_o = s.num_tokens <= max_tokens && hidden * Cfg::kOVecs * 16 <= kOProjMaxColumnBytes;
-      if (fuse_o) {
-        const int h = static_cast<int>(hidden);
-        p.o_stage = may_stage && s.num_tokens * num_groups <= num_sms() &&
-                    Cfg::o_smem_bytes(h, true) <= max_dynamic_smem() - 1024;
-        smem = Cfg::o_smem_bytes(h, p.o_stage);
-      }
-    }
-  }
-  void (*kernel)(AttnParams) = paged_attention_kernel<scalar_t, HEAD_DIM, GT, false>;
-  if constexpr (sizeof(scalar_t) == 2) {
-    if (fuse_o) kernel = paged_attention_kernel<scalar_t, HEAD_DIM, GT, true>;
-  }
   p.one_part = env_int("VGRAPH_ATTN_ONE_PART_ITERS", kOnePartIters, 0, 64) * Cfg::kTokensPerIter;
-  p.num_parts = choose_num_parts(s, num_groups, resident_ctas(kernel, smem), p.min_chunk);
-  // One workspace allocation (static sizes for a given shape): the partitions' partials, then the
-  // head groups' O products.
-  const int64_t rows = p.num_parts > 1 ? s.num_tokens * s.num_heads * p.num_parts : 0;
-  const int64_t o_floats = fuse_o ? s.num_tokens * num_groups * o->weight.size(0) : 0;
-  at::Tensor workspace;
-  if (rows + o_floats > 0) {
-    workspace = at::empty({rows * (HEAD_DIM + 2) + o_floats}, query.options().dtype(at::kFloat));
+  p.num_parts = choose_num_parts(s, num_groups, resident_ctas, p.min_chunk);
+  at::Tensor workspace;  // one allocation for the partials: static sizes for a given shape
+  if (p.num_parts > 1) {
+    const int64_t rows = s.num_tokens * s.num_heads * p.num_parts;
+    const auto f32 = query.options().dtype(at::kFloat);
+    workspace = at::empty({rows * (HEAD_DIM + 2)}, f32);
     float* base = workspace.data_ptr<float>();
     p.part_out = base;                                             // rows * HEAD_DIM floats
     p.part_ml = reinterpret_cast<float2*>(base + rows * HEAD_DIM);  // rows float2, 8-aligned
-    p.o_part = base + rows * (HEAD_DIM + 2);
-    unsigned int* counters =
-        merge_counters(query.device().index(), s.num_tokens * (num_groups + (fuse_o ? 1 : 0)));
-    p.counters = counters;
-    p.o_counters = counters + s.num_tokens * num_groups;
-  }
-  if (fuse_o) {
-    p.o_weight = o->weight.data_ptr();
-    p.residual = o->residual.data_ptr();
-    p.res_stride = o->residual.stride(0);
-    p.hidden = static_cast<int>(o->weight.size(0));
+    p.counters = merge_counters(query.device().index(), s.num_tokens * num_groups);
   }
   const dim3 grid(static_cast<unsigned>(s.num_tokens), static_cast<unsigned>(num_groups),
                   static_cast<unsigned>(p.num_parts));
   cudaLaunchAttribute attr[1];
-  const cudaLaunchConfig_t cfg = pdl::launch_config(grid, dim3(kThreads), smem, stream, attr);
+  const cudaLaunchConfig_t cfg =
+      pdl::launch_config(grid, dim3(kThreads), Cfg::kSmemBytes, stream, attr);
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
-  return fuse_o;
 }
 
 // Query heads per CTA, at most. A CTA computes its heads' scores side by side: grouping reads K/V
@@ -928,22 +720,22 @@ int max_group_heads(const AttentionShape& s) {
 }
 
 template <typename scalar_t, int HEAD_DIM>
-bool dispatch_group(const AttentionShape& s, const AttnParams& p, const at::Tensor& query,
-                    const std::optional<OProj>& o, cudaStream_t stream) {
+void dispatch_group(const AttentionShape& s, const AttnParams& p, const at::Tensor& query,
+                    cudaStream_t stream) {
   // GT = the largest of 8, 4, 2, 1 dividing the GQA ratio and at most max_group_heads(): K/V are
   // read once per GT query heads, and a CTA computes its GT heads' scores side by side.
   const int cap = max_group_heads(s);
-  if (p.group % 8 == 0 && cap >= 8) return launch<scalar_t, HEAD_DIM, 8>(s, p, query, o, stream);
-  if (p.group % 4 == 0 && cap >= 4) return launch<scalar_t, HEAD_DIM, 4>(s, p, query, o, stream);
-  if (p.group % 2 == 0 && cap >= 2) return launch<scalar_t, HEAD_DIM, 2>(s, p, query, o, stream);
-  return launch<scalar_t, HEAD_DIM, 1>(s, p, query, o, stream);
+  if (p.group % 8 == 0 && cap >= 8) return launch<scalar_t, HEAD_DIM, 8>(s, p, query, stream);
+  if (p.group % 4 == 0 && cap >= 4) return launch<scalar_t, HEAD_DIM, 4>(s, p, query, stream);
+  if (p.group % 2 == 0 && cap >= 2) return launch<scalar_t, HEAD_DIM, 2>(s, p, query, stream);
+  return launch<scalar_t, HEAD_DIM, 1>(s, p, query, stream);
 }
 
 template <typename scalar_t>
-bool dispatch_head_dim(const AttentionShape& s, const AttnParams& p, const at::Tensor& query,
-                       const std::optional<OProj>& o, cudaStream_t stream) {
-  if (s.head_dim == 64) return dispatch_group<scalar_t, 64>(s, p, query, o, stream);
-  return dispatch_group<scalar_t, 128>(s, p, query, o, stream);
+void dispatch_head_dim(const AttentionShape& s, const AttnParams& p, const at::Tensor& query,
+                       cudaStream_t stream) {
+  if (s.head_dim == 64) return dispatch_group<scalar_t, 64>(s, p, query, stream);
+  return dispatch_group<scalar_t, 128>(s, p, query, stream);
 }
 
 // The append's rows can be read with 16-byte cp.async copies (else: a separate cache write).
@@ -958,13 +750,10 @@ void paged_attention_cuda(at::Tensor& out, const at::Tensor& query, at::Tensor& 
                           const at::Tensor& seq_lens, const at::Tensor& block_table, double scale,
                           std::optional<int64_t> num_reqs, const std::optional<at::Tensor>& key,
                           const std::optional<at::Tensor>& value,
-                          const std::optional<at::Tensor>& slot_mapping,
-                          const std::optional<at::Tensor>& o_weight,
-                          const std::optional<at::Tensor>& residual) {
+                          const std::optional<at::Tensor>& slot_mapping) {
   const AttentionShape s = check_paged_attention(out, query, key_cache, value_cache,
                                                  query_start_loc, seq_lens, block_table, num_reqs);
   const bool append = check_append(s, key, value, slot_mapping, key_cache, value_cache);
-  const bool o_proj = check_o_proj(s, query, o_weight, residual);
   TORCH_CHECK(s.head_dim == 64 || s.head_dim == 128, "CUDA paged_attention supports head_dim 64 "
               "and 128, got ", s.head_dim);
   TORCH_CHECK(s.block_size >= 8, "CUDA paged_attention needs block_size >= 8, got ", s.block_size);
@@ -1009,17 +798,13 @@ void paged_attention_cuda(at::Tensor& out, const at::Tensor& query, at::Tensor& 
     p.v_head_stride = value->stride(1);
   }
 
-  std::optional<OProj> o;
-  if (o_proj) o.emplace(OProj{*o_weight, *residual});
-  bool projected = false;
   switch (query.scalar_type()) {
-    case at::kFloat: projected = dispatch_head_dim<float>(s, p, query, o, stream); break;
-    case at::kHalf: projected = dispatch_head_dim<c10::Half>(s, p, query, o, stream); break;
-    case at::kBFloat16: projected = dispatch_head_dim<c10::BFloat16>(s, p, query, o, stream); break;
+    case at::kFloat: return dispatch_head_dim<float>(s, p, query, stream);
+    case at::kHalf: return dispatch_head_dim<c10::Half>(s, p, query, stream);
+    case at::kBFloat16: return dispatch_head_dim<c10::BFloat16>(s, p, query, stream);
     default: TORCH_CHECK(false, "CUDA paged_attention supports float32/float16/bfloat16, got ",
                          query.scalar_type());
   }
-  if (o_proj && !projected) add_o_proj(out, *o_weight, *residual);
 }
 
 }  // namespace

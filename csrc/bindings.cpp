@@ -15,14 +15,11 @@ TORCH_LIBRARY(vgraph_C, m) {
   // num_reqs (default seq_lens.size(0)) bounds the requests looked at; it is a launch-time
   // constant, like every other size here. key/value/slot_mapping (reshape_and_cache's, all or
   // none): the append, this step's K/V written to the cache by the same launch first.
-  // o_weight [hidden, num_heads * head_dim] and residual [num_tokens, hidden] (both or none): the
-  // O projection, residual += out @ o_weight^T as linear_add_residual computes it, after the
-  // attention (on CUDA in the same launch for a few decode tokens).
   m.def(
       "paged_attention(Tensor(a!) out, Tensor query, Tensor(b!) key_cache, "
       "Tensor(c!) value_cache, Tensor query_start_loc, Tensor seq_lens, Tensor block_table, "
       "float scale, int? num_reqs=None, Tensor? key=None, Tensor? value=None, "
-      "Tensor? slot_mapping=None, Tensor? o_weight=None, Tensor(d!)? residual=None) -> ()");
+      "Tensor? slot_mapping=None) -> ()");
   // Cascade attention (cascade_cpu.cpp / cascade_cuda.cu): paged_attention's result, computed
   // as one non-causal pass of every query token over the first num_prefix_blocks blocks (the same
   // for every request: block_table row 0's; every query must sit after them), one causal pass of

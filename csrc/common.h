@@ -6,7 +6,6 @@
 #include <optional>
 
 #include <ATen/core/Tensor.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 
 namespace vgraph {
@@ -127,47 +126,6 @@ inline bool check_append(const AttentionShape& s, const std::optional<at::Tensor
   TORCH_CHECK(key->size(0) == s.num_tokens, "paged_attention: key has ", key->size(0),
               " rows, query ", s.num_tokens);
   return true;
-}
-
-// paged_attention's O projection (o_weight, residual: both or neither): residual [num_tokens,
-// hidden] (rows may be strided) += out [num_tokens, num_heads * head_dim] @ o_weight^T, o_weight
-// [hidden, num_heads * head_dim] contiguous, both in the query's dtype and on its device.
-// Returns whether the call projects.
-inline bool check_o_proj(const AttentionShape& s, const at::Tensor& query,
-                         const std::optional<at::Tensor>& o_weight,
-                         const std::optional<at::Tensor>& residual) {
-  const int given = o_weight.has_value() + residual.has_value();
-  if (given == 0) return false;
-  TORCH_CHECK(given == 2, "paged_attention: o_weight and residual are given together (the O "
-              "projection added into the residual), got ", given, " of them");
-  const at::Tensor& w = *o_weight;
-  const at::Tensor& r = *residual;
-  TORCH_CHECK(w.dim() == 2 && w.size(1) == s.num_heads * s.head_dim && w.is_contiguous(),
-              "paged_attention: o_weight must be a contiguous [hidden, num_heads * head_dim = ",
-              s.num_heads * s.head_dim, "], got ", w.sizes(), " with strides ", w.strides());
-  TORCH_CHECK(r.dim() == 2 && r.size(0) == s.num_tokens && r.size(1) == w.size(0) &&
-                  (r.size(1) <= 1 || r.stride(1) == 1),
-              "paged_attention: residual must be [num_tokens = ", s.num_tokens, ", hidden = ",
-              w.size(0), "] with a contiguous last dim, got ", r.sizes());
-  for (const at::Tensor* t : {&w, &r}) {
-    TORCH_CHECK(t->scalar_type() == query.scalar_type(), "paged_attention: ",
-                t == &w ? "o_weight" : "residual", " dtype ", t->scalar_type(), " != query dtype ",
-                query.scalar_type());
-    TORCH_CHECK(t->device() == query.device(), "paged_attention: ", t == &w ? "o_weight" : "residual",
-                " is on ", t->device(), ", expected ", query.device());
-  }
-  return true;
-}
-
-// paged_attention's O projection where no kernel fuses it: the registered linear_add_residual
-// op on out's [num_tokens, num_heads * head_dim] rows (a view when they are contiguous), so both
-// devices add exactly what the model's separate O projection would.
-inline void add_o_proj(const at::Tensor& out, const at::Tensor& o_weight, at::Tensor residual) {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("vgraph_C::linear_add_residual", "")
-          .typed<void(at::Tensor&, const at::Tensor&, const at::Tensor&, std::optional<int64_t>)>();
-  op.call(residual, out.reshape({out.size(0), o_weight.size(1)}), o_weight, std::nullopt);
 }
 
 // cascade_attention: paged_attention's checks, and the shared prefix within the table's width.

@@ -81,8 +81,6 @@ def _register_fakes() -> None:
         key=None,
         value=None,
         slot_mapping=None,
-        o_weight=None,
-        residual=None,
     ) -> None:
         return None
 

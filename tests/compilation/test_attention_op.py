@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from vgraph._ext import ext_unavailable_reason, load_ext
 from vgraph.forward_context import ForwardContext, set_forward_context
 from vgraph.layers.attention import Attention
 
@@ -52,49 +50,3 @@ def test_traced_attention_is_one_opaque_op():
     token = code[:write].rsplit("\n", 1)[1].split("=")[0].strip()
     assert token in code[attend:].split("\n", 1)[0]
     assert "zero_" not in gm.code  # the body stays out of the graph
-
-
-class _Fusing:
-    """An impl that takes the O projection into its attention op (as the csrc backend does)."""
-
-    appends_kv = True
-    fuses_o_proj = True
-
-
-def _traced_o_proj(impl) -> str:
-    layer = Attention(num_heads=4, head_dim=8, scale=8**-0.5, num_kv_heads=2, prefix="attn0")
-    layer.impl = impl
-    graphs = []
-
-    def backend(gm, example_inputs):
-        graphs.append(gm)
-        return gm
-
-    compiled = torch.compile(layer.forward_o_proj, backend=backend, fullgraph=True)
-    residual = torch.randn(3, 24)
-    before = residual.clone()
-    with set_forward_context(ForwardContext(attn_metadata=None)):
-        compiled(
-            torch.randn(3, 32),
-            torch.randn(3, 16),
-            torch.randn(3, 16),
-            torch.randn(24, 32),
-            residual,
-        )
-    assert torch.equal(residual, before)  # no metadata: the attention is zeros, so is its O
-    (gm,) = graphs
-    return gm.code
-
-
-def test_traced_o_proj_joins_the_attention_op_of_a_fusing_backend():
-    code = _traced_o_proj(_Fusing())
-    assert code.count("torch.ops.vgraph.unified_attention_with_output") == 1
-    assert "linear_add_residual" not in code  # the op adds it: one eager op between pieces
-
-
-def test_traced_o_proj_follows_the_attention_op_otherwise():
-    if not load_ext():  # the separate O projection is vgraph_C's linear_add_residual
-        pytest.skip(ext_unavailable_reason())
-    code = _traced_o_proj(None)
-    attend = code.index("torch.ops.vgraph.unified_attention_with_output")
-    assert code.index("torch.ops.vgraph_C.linear_add_residual") > attend

@@ -3,9 +3,7 @@ op's own append of them) against the torch reference, over dtypes, head sizes, b
 ratios and decode / prefill / mixed batches with pad requests and pad tokens; on CPU always, on
 CUDA under the `gpu` marker. Also: a CUDA graph captured once stays correct when the lengths and
 block tables in its buffers change, and replays of several graphs with split and unsplit contexts
-leave the CUDA merge's arrival counters at zero. With o_weight and residual the op also adds the
-O projection into the residual (on CUDA in the attention launch for up to 16 tokens), checked the
-same ways.
+leave the CUDA merge's arrival counters at zero.
 """
 
 from __future__ import annotations
@@ -139,16 +137,9 @@ def make_batch(
     )
 
 
-def run_op(
-    b: Batch,
-    out: torch.Tensor,
-    num_reqs: int | None = None,
-    append: bool = False,
-    o_proj: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> None:
+def run_op(b: Batch, out: torch.Tensor, num_reqs: int | None = None, append: bool = False) -> None:
     """The step's K/V written by reshape_and_cache, then attention; or (append) both in one
-    paged_attention call, which on CUDA reads the step's own positions from the K/V rows.
-    o_proj: (o_weight, residual), the O projection added into residual by the same call."""
+    paged_attention call, which on CUDA reads the step's own positions from the K/V rows."""
     scale = b.query.shape[-1] ** -0.5
     if not append:
         torch.ops.vgraph_C.reshape_and_cache(
@@ -166,18 +157,11 @@ def run_op(
         scale,
         num_reqs,
         *kv,
-        *(o_proj or (None, None)),
     )
 
 
-def run_ref(
-    b: Batch,
-    kv_cache: torch.Tensor,
-    num_reqs: int | None = None,
-    o_proj: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> torch.Tensor:
-    """The reference on its own copy of the cache; returns a float32 output. o_proj: (o_weight,
-    residual), residual (float32, a copy of the op's) gets the projection added."""
+def run_ref(b: Batch, kv_cache: torch.Tensor, num_reqs: int | None = None) -> torch.Tensor:
+    """The reference on its own copy of the cache; returns a float32 output."""
     reshape_and_cache_ref(b.key, b.value, kv_cache[0], kv_cache[1], b.slot_mapping)
     out = torch.empty(b.query.shape, dtype=torch.float32, device=b.query.device)
     paged_attention_ref(
@@ -190,28 +174,22 @@ def run_ref(
         b.block_table,
         b.query.shape[-1] ** -0.5,
         num_reqs,
-        None,
-        None,
-        None,
-        *(o_proj or (None, None)),
     )
     return out
 
 
-def capture_op(
-    static: Batch, append: bool = False, o_proj: tuple[torch.Tensor, torch.Tensor] | None = None
-) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+def capture_op(static: Batch, append: bool = False) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
     """run_op over static's buffers captured in a CUDA graph (after a warm-up on a side stream,
     outside the capture) -> (graph, the output it writes)."""
     out = torch.empty_like(static.query)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        run_op(static, out, append=append, o_proj=o_proj)
+        run_op(static, out, append=append)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        run_op(static, out, append=append, o_proj=o_proj)
+        run_op(static, out, append=append)
     return graph, out
 
 
@@ -220,30 +198,6 @@ def check(out: torch.Tensor, ref: torch.Tensor, pad_rows: torch.Tensor) -> None:
     assert (out[pad_rows] == 0).all(), "pad-token rows must be zeros"
     err = ((out.float() - ref).norm() / ref.norm()).item()
     assert err < REL_TOL[out.dtype], f"relative error {err:.2e} >= {REL_TOL[out.dtype]:.0e}"
-
-
-def make_o_proj(
-    b: Batch, hidden: int, seed: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """o_weight [hidden, num_heads * head_dim] (scaled so the projection is of the residual's
-    size), a residual [num_tokens, hidden] with strided rows, and its float32 copy for the
-    reference."""
-    gen = torch.Generator().manual_seed(seed)
-    num_tokens, num_heads, head_dim = b.query.shape
-    dtype, device = b.query.dtype, b.query.device
-    width = num_heads * head_dim
-    o_weight = (torch.randn(hidden, width, generator=gen) * width**-0.5).to(dtype).to(device)
-    wide = torch.randn(num_tokens, hidden + 8, generator=gen).to(dtype).to(device)
-    residual = wide[:, :hidden]
-    return o_weight, residual, residual.float()
-
-
-def check_residual(residual: torch.Tensor, ref: torch.Tensor, before: torch.Tensor) -> None:
-    """residual against the reference's, on what the projection added (the rows' change)."""
-    added, ref_added = residual.float() - before, ref - before
-    err = ((added - ref_added).norm() / ref_added.norm()).item()
-    tol = 3 * REL_TOL[residual.dtype]  # the sum rounded, then added and rounded again
-    assert err < tol, f"O projection's relative error {err:.2e} >= {tol:.0e}"
 
 
 APPEND = pytest.mark.parametrize("append", [False, True], ids=["write_first", "append"])
@@ -297,49 +251,6 @@ def test_num_reqs_bounds_the_requests(append: bool, device: str) -> None:
     check(out, ref, b.pad_rows | (torch.arange(len(out), device=device) >= 1 + 12 + 1 + 7))
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@APPEND
-@pytest.mark.parametrize("kind", ["decode", "mixed"])
-@pytest.mark.parametrize(
-    ("group", "head_dim", "hidden"), [(1, 64, 576), (4, 64, 320), (4, 128, 576)]
-)
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_o_projection_matches_reference(
-    dtype: torch.dtype, group: int, head_dim: int, hidden: int, kind: str, append: bool, device: str
-) -> None:
-    """residual += out @ o_weight^T in the same call: on CUDA a decode batch of 8 tokens (5 real,
-    3 pads) adds it in the attention launch (16-bit dtypes; at head_dim 128 and hidden 576 a head's
-    o_weight columns are too wide for it), a mixed one in a separate op."""
-    b = make_batch(BATCHES[kind], group, head_dim, 16, dtype, device, seed=group + head_dim)
-    o_weight, residual, ref_residual = make_o_proj(b, hidden, seed=hidden)
-    before = ref_residual.clone()
-    kv_ref = b.kv_cache.clone()
-    out = torch.full_like(b.query, float("nan"))
-    run_op(b, out, append=append, o_proj=(o_weight, residual))
-    ref = run_ref(b, kv_ref, o_proj=(o_weight, ref_residual))
-    check(out, ref, b.pad_rows)
-    check_residual(residual, ref_residual, before)
-    assert torch.equal(residual[b.pad_rows].float(), before[b.pad_rows]), "pad rows add nothing"
-
-
-def test_o_projection_arguments() -> None:
-    """o_weight and residual come together, in the shapes the call implies (csrc/common.h)."""
-    b = make_batch(BATCHES["decode"], 2, 64, 16, torch.float32, "cpu", seed=5)
-    o_weight, residual, _ = make_o_proj(b, 96, seed=1)
-    out = torch.empty_like(b.query)
-    args = (out, b.query, b.kv_cache[0], b.kv_cache[1], b.query_start_loc, b.seq_lens)
-    call = torch.ops.vgraph_C.paged_attention
-    none3 = (None, None, None)
-    with pytest.raises(RuntimeError, match="o_weight and residual are given together"):
-        call(*args, b.block_table, 0.125, None, *none3, o_weight, None)
-    with pytest.raises(RuntimeError, match=r"o_weight must be a contiguous \[hidden, num_heads"):
-        call(*args, b.block_table, 0.125, None, *none3, o_weight[:, :100], residual)
-    with pytest.raises(RuntimeError, match="residual must be"):
-        call(*args, b.block_table, 0.125, None, *none3, o_weight, residual[:2])
-    with pytest.raises(RuntimeError, match="o_weight dtype"):
-        call(*args, b.block_table, 0.125, None, *none3, o_weight.half(), residual)
-
-
 def test_append_arguments_come_together() -> None:
     """The append's checks (shared by both devices: csrc/common.h), on the CPU."""
     b = make_batch(BATCHES["decode"], 2, 64, 16, torch.float32, "cpu", seed=5)
@@ -370,12 +281,6 @@ def test_ops_trace_under_torch_compile() -> None:
         torch.ops.vgraph_C.paged_attention.default,
         (out, b.query, k_cache, v_cache, *metadata, b.key, b.value, b.slot_mapping),
     )
-    o_weight, residual, _ = make_o_proj(b, 96, seed=2)
-    torch.library.opcheck(
-        torch.ops.vgraph_C.paged_attention.default,
-        (out, b.query, k_cache, v_cache, *metadata, b.key, b.value, b.slot_mapping)
-        + (o_weight, residual.contiguous()),
-    )
 
 
 @pytest.mark.gpu
@@ -388,13 +293,8 @@ def test_ops_trace_under_torch_compile() -> None:
     [(1, 8000, 600), (3, 3000, 2048), (64, 700, 64), (300, 257, 40)],
 )
 @APPEND
-@pytest.mark.parametrize("o_proj", [False, True], ids=["attention", "o_proj"])
-def test_cuda_decode_partitions(
-    num_reqs: int, seq_len: int, max_blocks: int, append: bool, o_proj: bool
-) -> None:
-    """Long and short contexts over wide block tables: split and unsplit launches. With the O
-    projection, a split context's head rows come from whichever CTA merges them (partition 0
-    stages the o_weight columns, any other reads them from global memory)."""
+def test_cuda_decode_partitions(num_reqs: int, seq_len: int, max_blocks: int, append: bool) -> None:
+    """Long and short contexts over wide block tables: split and unsplit launches."""
     gen = torch.Generator().manual_seed(num_reqs)
     reqs = [
         (1, int(x)) for x in torch.randint(seq_len // 2, seq_len + 1, (num_reqs,), generator=gen)
@@ -406,12 +306,8 @@ def test_cuda_decode_partitions(
     b.block_table = wide
     kv_ref = b.kv_cache.clone()
     out = torch.full_like(b.query, float("nan"))
-    o_weight, residual, ref_residual = make_o_proj(b, 320, seed=num_reqs)  # 80 KiB of columns
-    before = ref_residual.clone()
-    run_op(b, out, append=append, o_proj=(o_weight, residual) if o_proj else None)
-    check(out, run_ref(b, kv_ref, o_proj=(o_weight, ref_residual)), b.pad_rows)
-    if o_proj:
-        check_residual(residual, ref_residual, before)
+    run_op(b, out, append=append)
+    check(out, run_ref(b, kv_ref), b.pad_rows)
 
 
 @pytest.mark.gpu
@@ -451,51 +347,13 @@ def test_cuda_group_heads_and_one_part_switches(
         ("VGRAPH_ATTN_GROUP_HEADS", "0"),
         ("VGRAPH_ATTN_ONE_PART_ITERS", "x"),
         ("VGRAPH_ATTN_MIN_CHUNK", "24"),
-        ("VGRAPH_ATTN_O_PROJ_TOKENS", "-1"),
-        ("VGRAPH_ATTN_O_PROJ_STAGE", "2"),
     ],
 )
 def test_cuda_switches_reject_bad_values(monkeypatch, name: str, value: str) -> None:
     monkeypatch.setenv(name, value)
     b = make_batch(BATCHES["decode"], 2, 64, 16, torch.bfloat16, "cuda", seed=1)
-    o_weight, residual, _ = make_o_proj(b, 128, seed=1)
     with pytest.raises(RuntimeError, match=name):
-        run_op(b, torch.empty_like(b.query), append=True, o_proj=(o_weight, residual))
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(
-    not (torch.cuda.is_available() and has_cuda_kernels()),
-    reason="needs a GPU and a CUDA build of vgraph._C",
-)
-@pytest.mark.parametrize("group_heads", ["1", "8"])
-def test_cuda_o_projection_in_the_launch_and_after_it_agree(monkeypatch, group_heads: str) -> None:
-    """The O projection staged in shared memory, prefetched into L2 (VGRAPH_ATTN_O_PROJ_STAGE=0)
-    and in its own op (VGRAPH_ATTN_O_PROJ_TOKENS=0): the same rows up to float32 summation order,
-    with one head a CTA and with eight (GT = 8, o_weight columns of eight heads a CTA)."""
-    monkeypatch.setenv("VGRAPH_ATTN_GROUP_HEADS", group_heads)
-    b = make_batch(
-        BATCHES["decode"][:3], 8, 64, 16, torch.bfloat16, "cuda", seed=4, num_pad_tokens=1
-    )
-    o_weight, residual, _ = make_o_proj(b, 64, seed=4)  # GT = 8: 64 KiB of columns a CTA
-    results = []
-    for tokens, stage in (("16", "1"), ("16", "0"), ("0", "1")):
-        monkeypatch.setenv("VGRAPH_ATTN_O_PROJ_TOKENS", tokens)
-        monkeypatch.setenv("VGRAPH_ATTN_O_PROJ_STAGE", stage)
-        r = residual.clone()
-        kv = b.kv_cache.clone()
-        run_op(
-            Batch(**{**b.__dict__, "kv_cache": kv}),
-            torch.empty_like(b.query),
-            append=True,
-            o_proj=(o_weight, r),
-        )
-        results.append(r.float())
-    staged, prefetched, separate = results
-    for name, r in (("staged", staged), ("prefetched", prefetched)):
-        err = ((r - separate).norm() / separate.norm()).item()
-        assert err < 1e-2, f"{name} in the launch and after it differ by {err:.2e}"
-    assert torch.equal(staged, prefetched), "one kernel, one summation order"
+        run_op(b, torch.empty_like(b.query), append=True)
 
 
 @pytest.mark.gpu
@@ -584,9 +442,8 @@ ONE_PART, SEVERAL_PARTS, ANY = (1, 64), (65, 4096), (1, 4096)
 )
 @pytest.mark.parametrize(("group", "head_dim"), [(1, 64), (2, 128), (8, 128)])
 @APPEND
-@pytest.mark.parametrize("o_proj", [False, True], ids=["attention", "o_proj"])
 def test_cuda_graph_replays_reset_the_merge_counters(
-    group: int, head_dim: int, append: bool, o_proj: bool
+    group: int, head_dim: int, append: bool
 ) -> None:
     """Decode graphs of 1 and 8 tokens, replayed in turn with one-partition and split contexts and
     fewer real requests than tokens: the last CTA of a split context merges the partials and
@@ -611,7 +468,7 @@ def test_cuda_graph_replays_reset_the_merge_counters(
             num_pad_tokens=num_tokens - num_real,
         )
 
-    graphs: dict[int, tuple[torch.cuda.CUDAGraph, Batch, torch.Tensor, tuple | None]] = {}
+    graphs: dict[int, tuple[torch.cuda.CUDAGraph, Batch, torch.Tensor]] = {}
     for num_tokens in (1, 8):
         first = step(num_tokens, num_tokens, SEVERAL_PARTS, seed=num_tokens)
         static = Batch(
@@ -626,9 +483,8 @@ def test_cuda_graph_replays_reset_the_merge_counters(
             first.pad_rows,
         )
         copy_step(static, first)
-        o = make_o_proj(static, 192, seed=num_tokens)[:2] if o_proj else None
-        graph, out = capture_op(static, append, o)
-        graphs[num_tokens] = (graph, static, out, o)
+        graph, out = capture_op(static, append)
+        graphs[num_tokens] = (graph, static, out)
 
     # (num_tokens, real requests, context range): the two graphs interleaved, split contexts
     # followed by one-partition ones and the same split contexts again
@@ -644,20 +500,13 @@ def test_cuda_graph_replays_reset_the_merge_counters(
         (8, 8, SEVERAL_PARTS),
     ]
     for i, (num_tokens, num_real, lens) in enumerate(replays):
-        graph, static, out, o = graphs[num_tokens]
+        graph, static, out = graphs[num_tokens]
         copy_step(static, step(num_tokens, num_real, lens, seed=100 + i))
         kv_ref = static.kv_cache.clone()
         out.fill_(float("nan"))
-        ref_o = None
-        if o is not None:  # the residual starts from new values each replay
-            o[1].copy_(torch.randn(o[1].shape, generator=gen).to(dtype))
-            ref_o = (o[0], o[1].float())
-            before = ref_o[1].clone()
         graph.replay()
         torch.cuda.synchronize()
-        check(out, run_ref(static, kv_ref, o_proj=ref_o), static.pad_rows)
-        if o is not None:  # a counter left over would add the projection too early or never
-            check_residual(o[1], ref_o[1], before)
+        check(out, run_ref(static, kv_ref), static.pad_rows)
 
 
 @pytest.mark.parametrize(
@@ -699,34 +548,3 @@ def test_csrc_backend_appends_only_over_kv_of_earlier_steps(
     assert bool(writes) != appends
     check(out, run_ref(b, kv_ref), b.pad_rows)
     assert torch.equal(b.kv_cache, kv_ref)
-
-
-def test_csrc_backend_adds_the_o_projection() -> None:
-    """CsrcAttentionImpl.forward with o_weight and residual (Attention.forward_o_proj's fused
-    call) leaves the attention rows in out and adds their O projection into the residual."""
-    from vgraph.attention.backend import CommonAttentionMetadata
-    from vgraph.attention.csrc_backend import CsrcAttentionImpl
-
-    b = make_batch(BATCHES["decode"], 2, 64, 16, torch.bfloat16, "cpu", seed=12)
-    impl = CsrcAttentionImpl(2 * NUM_KV_HEADS, NUM_KV_HEADS, 64, 0.125)
-    md = CommonAttentionMetadata(
-        b.query_start_loc,
-        b.seq_lens,
-        b.block_table,
-        b.slot_mapping,
-        b.query_start_loc,
-        b.seq_lens,
-        b.block_table,
-        num_reqs=len(b.seq_lens),
-        num_actual_tokens=len(b.query),
-        max_query_len=1,
-        max_seq_len=int(b.seq_lens.max()),
-    )
-    o_weight, residual, ref_residual = make_o_proj(b, 192, seed=12)
-    before = ref_residual.clone()
-    kv_ref = b.kv_cache.clone()
-    out = torch.full_like(b.query, float("nan"))
-    impl.forward(b.query, b.kv_cache, md, out, b.key, b.value, o_weight, residual)
-    ref = run_ref(b, kv_ref, o_proj=(o_weight, ref_residual))
-    check(out, ref, b.pad_rows)
-    check_residual(residual, ref_residual, before)

@@ -75,12 +75,9 @@ class AttentionImpl(ABC):
     (graph-safe for every backend: the piecewise split captures it in the piece before
     attention), then attention over the cache (the eager op between pieces). A backend whose
     attention kernel also appends the step's K/V (appends_kv) gets them in forward instead, and
-    write_kv_cache is never called: one launch, and one eager op between pieces. A backend that
-    fuses_o_proj (and appends_kv) may also get the layer's O projection in forward, to add into
-    the residual stream itself."""
+    write_kv_cache is never called: one launch, and one eager op between pieces."""
 
     appends_kv: ClassVar[bool] = False
-    fuses_o_proj: ClassVar[bool] = False
     _split: tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float) -> None:
@@ -118,12 +115,9 @@ class AttentionImpl(ABC):
         output: torch.Tensor,  # [num_tokens, num_heads, head_dim], written in full
         key: torch.Tensor | None = None,  # appends_kv: this step's K/V [num_tokens, kv, hd]
         value: torch.Tensor | None = None,
-        o_weight: torch.Tensor | None = None,  # fuses_o_proj: [hidden, num_heads * head_dim]
-        residual: torch.Tensor | None = None,  # fuses_o_proj: [num_tokens, hidden]
     ) -> None:
         """Attention of every query token over its request's cached context: this step's K/V
-        already written, or (appends_kv) given here and written by this call. With o_weight
-        (fuses_o_proj), also residual += output @ o_weight^T, as linear_add_residual adds it."""
+        already written, or (appends_kv) given here and written by this call."""
 
 
 class AttentionBackend(ABC):

@@ -28,7 +28,6 @@ from vgraph.torch_internals import dispatch_has_kernel
 
 class CsrcAttentionImpl(AttentionImpl):
     appends_kv = True
-    fuses_o_proj = True  # paged_attention's o_weight / residual
 
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float) -> None:
         super().__init__(num_heads, num_kv_heads, head_dim, scale)
@@ -59,8 +58,6 @@ class CsrcAttentionImpl(AttentionImpl):
         output: torch.Tensor,  # [num_tokens, num_heads, head_dim]
         key: torch.Tensor | None = None,  # [num_tokens, num_kv_heads, head_dim]: the append
         value: torch.Tensor | None = None,
-        o_weight: torch.Tensor | None = None,  # [hidden, num_heads * head_dim]: the O projection
-        residual: torch.Tensor | None = None,  # [num_tokens, hidden], added into
     ) -> None:
         key_cache, value_cache = self.key_value_caches(kv_cache)
         if key is not None and (
@@ -82,11 +79,6 @@ class CsrcAttentionImpl(AttentionImpl):
                 metadata.num_common_prefix_blocks,
                 self.scale,
             )
-            if o_weight is not None:
-                n = output.shape[0]
-                torch.ops.vgraph_C.linear_add_residual.default(
-                    residual, output.view(n, -1), o_weight
-                )
             return
         torch.ops.vgraph_C.paged_attention.default(
             output,
@@ -101,8 +93,6 @@ class CsrcAttentionImpl(AttentionImpl):
             key,
             value,
             None if key is None else metadata.slot_mapping,
-            o_weight,
-            residual,
         )
 
 

@@ -40,15 +40,12 @@ def paged_attention_ref(
     key: torch.Tensor | None = None,  # the append: reshape_and_cache_ref's arguments, first
     value: torch.Tensor | None = None,
     slot_mapping: torch.Tensor | None = None,
-    o_weight: torch.Tensor | None = None,  # [hidden, num_heads * head_dim]: the O projection
-    residual: torch.Tensor | None = None,  # [num_tokens, hidden], added into in place
 ) -> None:
     """Causal attention of each request's query tokens over its paged K/V.
 
     Request r owns query rows qsl[r]..qsl[r+1]; its query token i sits at position
     seq_len - q_len + i and attends to positions 0..that position. Rows owned by no request
-    (pad tokens) are zeros. With key, value and slot_mapping the step's K/V are written first;
-    with o_weight and residual, residual += out @ o_weight^T afterwards (in float32).
+    (pad tokens) are zeros. With key, value and slot_mapping the step's K/V are written first.
     """
     if key is not None:
         assert value is not None and slot_mapping is not None
@@ -78,10 +75,6 @@ def paged_attention_ref(
         probs = torch.softmax(scores, dim=-1)
         result[start:end] = torch.einsum("hqk,khd->qhd", probs, v)
     out.copy_(result.to(out.dtype))
-    if o_weight is not None:
-        assert residual is not None
-        projected = result.reshape(result.shape[0], -1) @ o_weight.float().T
-        residual.copy_((residual.float() + projected).to(residual.dtype))
 
 
 def merge_attn_states_ref(

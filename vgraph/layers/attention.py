@@ -4,10 +4,6 @@
   unified_attention_with_output(query, output, layer_name, dep)   attention over the cache
 
 Both find their layer's backend impl, KV cache and the step's metadata in the ForwardContext.
-Attention.forward_o_proj adds the O projection into the residual stream as well (the fused
-decode layer): inside the attention op where the backend does it (AttentionImpl.fuses_o_proj,
-the csrc backend: on CUDA in the attention launch for a few decode tokens), else as a
-linear_add_residual op after it.
 The piecewise compiler splits the model at the attention op only, so the cache write is captured
 in the piece before it and the eager work between two pieces is one attention launch. `dep`, an
 empty tensor, orders the two for Dynamo and Inductor: the write mutates the cache, which is no
@@ -51,20 +47,14 @@ def unified_attention(
     kv_written: torch.Tensor | None = None,  # kv_cache_update's token; only orders the ops
     key: torch.Tensor | None = None,  # appends_kv: this step's K/V, written by the attention op
     value: torch.Tensor | None = None,
-    o_weight: torch.Tensor | None = None,  # fuses_o_proj: residual += output @ o_weight^T
-    residual: torch.Tensor | None = None,  # [num_tokens, hidden]
 ) -> None:
     ctx = get_forward_context()
     if ctx.attn_metadata is None:
-        output.zero_()  # and residual += 0
+        output.zero_()
         return
     layer: Attention = ctx.attn_layers[layer_name]
     kv_cache = ctx.kv_caches[layer_name]
-    if o_weight is not None:
-        layer.impl.forward(
-            query, kv_cache, ctx.attn_metadata, output, key, value, o_weight, residual
-        )
-    elif key is None:
+    if key is None:
         layer.impl.forward(query, kv_cache, ctx.attn_metadata, output)
     else:
         layer.impl.forward(query, kv_cache, ctx.attn_metadata, output, key, value)
@@ -74,9 +64,7 @@ kv_cache_update_op = torch.library.custom_op(
     "vgraph::kv_cache_update", kv_cache_update, mutates_args=()
 )
 unified_attention_with_output = torch.library.custom_op(
-    "vgraph::unified_attention_with_output",
-    unified_attention,
-    mutates_args=("output", "residual"),
+    "vgraph::unified_attention_with_output", unified_attention, mutates_args=("output",)
 )
 
 
@@ -93,8 +81,6 @@ def _(
     kv_written: torch.Tensor | None = None,
     key: torch.Tensor | None = None,
     value: torch.Tensor | None = None,
-    o_weight: torch.Tensor | None = None,
-    residual: torch.Tensor | None = None,
 ) -> None:
     return None
 
@@ -119,32 +105,6 @@ class Attention(nn.Module):
         k: torch.Tensor,  # [num_tokens, num_kv_heads * head_dim]
         v: torch.Tensor,  # [num_tokens, num_kv_heads * head_dim]
     ) -> torch.Tensor:  # [num_tokens, num_heads * head_dim]
-        return self._attend(q, k, v)
-
-    def forward_o_proj(
-        self,
-        q: torch.Tensor,  # [num_tokens, num_heads * head_dim]
-        k: torch.Tensor,  # [num_tokens, num_kv_heads * head_dim]
-        v: torch.Tensor,  # [num_tokens, num_kv_heads * head_dim]
-        o_weight: torch.Tensor,  # [hidden, num_heads * head_dim]
-        residual: torch.Tensor,  # [num_tokens, hidden], added into in place
-    ) -> None:
-        """residual += attention(q, k, v) @ o_weight^T, with linear_add_residual's numerics: in
-        the attention op where the backend fuses it, else as that op after it."""
-        if self.impl is not None and self.impl.fuses_o_proj:
-            self._attend(q, k, v, o_weight, residual)
-        else:
-            out = self._attend(q, k, v)
-            torch.ops.vgraph_C.linear_add_residual(residual, out, o_weight)
-
-    def _attend(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        o_weight: torch.Tensor | None = None,  # only for an impl that fuses_o_proj
-        residual: torch.Tensor | None = None,
-    ) -> torch.Tensor:
         n = q.shape[0]
         output = torch.empty_like(q)
         query = q.view(n, self.num_heads, self.head_dim)
@@ -156,13 +116,11 @@ class Attention(nn.Module):
             attend = (
                 torch.ops.vgraph.unified_attention_with_output if compiling else unified_attention
             )
-            attend(query, out, self.layer_name, None, key, value, o_weight, residual)
+            attend(query, out, self.layer_name, None, key, value)
         elif compiling:
-            assert o_weight is None  # an impl that fuses_o_proj also appends_kv
             written = torch.ops.vgraph.kv_cache_update(key, value, self.layer_name)
             torch.ops.vgraph.unified_attention_with_output(query, out, self.layer_name, written)
         else:
-            assert o_weight is None
             write_kv_cache(key, value, self.layer_name)
             unified_attention(query, out, self.layer_name)
         return output

@@ -13,8 +13,7 @@ into in place (the values of fused_add_rms_norm, one launch fewer per add):
   op runs GEMV kernels for small token counts and cuBLAS above (decided inside the op, so one
   traced graph serves every size). The KV-cache write stays with
   the attention layer (the cache is no tensor of the traced model); the csrc backend does it in
-  its attention launch, and for a few decode tokens the O projection too (Attention.forward_o_proj:
-  four launches a layer). Elsewhere (the CPU) the torch code below, the oracle compared with
+  its attention launch. Elsewhere (the CPU) the torch code below, the oracle compared with
   transformers.
 """
 
@@ -116,9 +115,8 @@ class LlamaAttention(nn.Module):
             q = self.q_norm(q.reshape(t, -1, self.head_dim)).view(t, self.q_size)
             k = self.k_norm(k.reshape(t, -1, self.head_dim)).view(t, self.kv_size)
             q, k = self.rotary_emb(positions, q, k)
-        # the cache write takes strided K/V rows; the O projection joins the attention op where
-        # the backend fuses it (csrc: in the attention launch for a few decode tokens)
-        self.attn.forward_o_proj(q, k, v, self.o_proj.weight, residual)
+        out = self.attn(q, k, v)  # [T, q_size]; the cache write takes strided K/V rows
+        torch.ops.vgraph_C.linear_add_residual(residual, out, self.o_proj.weight)
 
 
 class LlamaMLP(nn.Module):
