@@ -12,8 +12,7 @@ replays):
     "cuda_core" and "mma" force a fused kernel (max_gemv_tokens=32 with VGRAPH_GEMV=cuda_core or
     =mma: the CUDA-core GEMV or the tensor-core one), "auto" uses the op's per-shape table; at one
     token "one_pair" is the CUDA-core kernel with a CTA per row pair (VGRAPH_GEMV_PAIRS=1) and
-    "no_loop" its packed CTAs, a CTA per group (VGRAPH_GEMV_CTAS_PER_SM=0), "ahead1" the looping
-    grids with one group's weights in flight ahead everywhere (VGRAPH_GEMV_AHEAD=1), against which
+    "no_loop" its packed CTAs, a CTA per group (VGRAPH_GEMV_CTAS_PER_SM=0), against which
     "cuda_core" packs pairs and loops a smaller grid over them as its launcher picks;
   - the whole layer stack without attention: 4 fused ops per layer vs today's 8 launches.
 Also prints, per op, the largest M up to which a fused kernel beats the unfused sequence and the
@@ -163,14 +162,9 @@ KERNELS = ("cuda_core", "mma")
 
 
 # The one-token CUDA-core variants beside the launcher's choice ("cuda_core"): a CTA per row pair,
-# and packed CTAs, neither looping a smaller grid over its groups; and the looping grids with one
-# group's weights in flight ahead everywhere (the small matrices' rule keeps two).
+# and packed CTAs; neither loops a smaller grid over its groups.
 NO_LOOP = {"VGRAPH_GEMV_CTAS_PER_SM": "0"}
-ONE_TOKEN_VARIANTS = {
-    "one_pair": {"VGRAPH_GEMV_PAIRS": "1"} | NO_LOOP,
-    "no_loop": NO_LOOP,
-    "ahead1": {"VGRAPH_GEMV_AHEAD": "1"},
-}
+ONE_TOKEN_VARIANTS = {"one_pair": {"VGRAPH_GEMV_PAIRS": "1"} | NO_LOOP, "no_loop": NO_LOOP}
 
 
 def timed_with(kernel: str, step: Callable[[], None], calls: int, replays: int,
@@ -241,14 +235,12 @@ def main() -> int:
         torch.cuda.empty_cache()
 
     print(f"\nper call, us (median of {args.replays} graph replays; PDL {'on' if pdl else 'off'})")
-    head = f"{'one_pair':>9} {'no_loop':>8} {'ahead1':>8} {'cuda_core':>10} {'mma':>8} {'auto':>8}"
-    head += f" {'unfused':>8}"
+    head = f"{'one_pair':>9} {'no_loop':>8} {'cuda_core':>10} {'mma':>8} {'auto':>8} {'unfused':>8}"
     print(f"{'config':14} {'op':8} {'M':>3} {head} {'x':>6}")
     for r in rows:
         best = min(r["cuda_core_us"], r["mma_us"])
         one = f"{r['one_pair_us']:9.2f}" if "one_pair_us" in r else f"{'-':>9}"
         one += f" {r['no_loop_us']:8.2f}" if "no_loop_us" in r else f" {'-':>8}"
-        one += f" {r['ahead1_us']:8.2f}" if "ahead1_us" in r else f" {'-':>8}"
         print(f"{r['config']:14} {r['op']:8} {r['m']:3d} {one} {r['cuda_core_us']:10.2f} "
               f"{r['mma_us']:8.2f} {r['auto_us']:8.2f} {r['unfused_us']:8.2f} "
               f"{r['unfused_us'] / best:6.2f}")  # fmt: skip

@@ -22,8 +22,7 @@ groups than 2 / 3 CTAs an SM loops at that many), `small_off` (only grids over o
 small matrices keep a CTA per group, VGRAPH_GEMV_SMALL_MIB=0), `small1` / `small3` (small
 matrices loop at 1 / 3 CTAs an SM instead of 2), `small16` (matrices up to 16 MiB count as small
 instead of 4), `loop_all` (also the shapes whose table entry keeps a CTA per group loop,
-VGRAPH_GEMV_LOOP=1), `ahead1` / `ahead2` (every looping grid keeps one / two groups' weights in
-flight ahead of the one it computes, VGRAPH_GEMV_AHEAD; the rule: two for small matrices).
+VGRAPH_GEMV_LOOP=1).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 
@@ -79,8 +78,6 @@ VARIANTS = (
     "small3",
     "small16",
     "loop_all",
-    "ahead1",
-    "ahead2",
 )
 # Switches the csrc ops read at each launch (so at capture): the variant's, while it starts.
 VARIANT_ENV = {
@@ -100,8 +97,6 @@ VARIANT_ENV = {
     "small3": {"VGRAPH_GEMV_SMALL_CTAS_PER_SM": "3"},
     "small16": {"VGRAPH_GEMV_SMALL_MIB": "16"},
     "loop_all": {"VGRAPH_GEMV_LOOP": "1"},
-    "ahead1": {"VGRAPH_GEMV_AHEAD": "1"},
-    "ahead2": {"VGRAPH_GEMV_AHEAD": "2"},
 }
 
 

@@ -10,7 +10,7 @@
 // with up row I + i; rotate-half partners j and j + head_size / 2 of a head) for every token; at
 // one token a CTA takes several such pairs where the grid would be large (pairs_per_cta), and a
 // smaller grid loops over the CTAs' groups where they exceed one wave or the matrix is small
-// (gemv_loop_kernel, loop_plan). The
+// (gemv_loop_kernel, loop_grid). The
 // threads split K (16-byte vectors, so no cross-CTA split-K and no second launch), each keeps its
 // first kPreload weight vectors of both rows in registers, loaded BEFORE `griddepcontrol.wait`:
 // launched with programmatic stream serialization (PDL), the weight stream overlaps the previous
@@ -65,7 +65,7 @@ using namespace gemv;  // NOLINT: this file is gemv's only client
 // cuBLAS wins for all three. With its grid looping over the row pairs (2026-12-03-h200-gemv-loop,
 // call 1) the kernel takes 21.8 / 124.9 / 78.5 us, so Qwen3-0.6B's one token moved to it too.
 // `loop`: whether the one-token CUDA-core kernel may loop a smaller grid over its row pairs
-// (loop_plan in decode_gemv.cuh). Llama-3.2-1B's gate/up and final norm + LM head may not: alone,
+// (loop_grid in decode_gemv.cuh). Llama-3.2-1B's gate/up and final norm + LM head may not: alone,
 // chained, they loop 2.2-2.4 and 6-7 us a call faster, but in the decode step the GPU was busy 0,
 // 25 and 23 us longer with both looping than with neither, and 14 with the LM head alone
 // (2026-12-03-h200-gemv-loop, calls 1, 2, 4 and 3).

@@ -381,17 +381,14 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
 
 // ---- the looping kernel (one token) -------------------------------------------------------------
 // For one token, K within one chunk, and more pair groups (a CTA's pairs) than fit the GPU at once
-// (SmolLM2-135M's and Qwen3-0.6B's LM heads, Qwen3-0.6B's gate/up) or a small matrix (loop_plan).
+// (SmolLM2-135M's and Qwen3-0.6B's LM heads, Qwen3-0.6B's gate/up) or a small matrix (loop_grid).
 // gemv_kernel would run them in waves of CTAs that each load, reduce, store and exit, and a slot's
 // next loads wait for that exit. Here a smaller grid loops over the groups (group = blockIdx.x +
-// i * gridDim.x) and keeps AHEAD groups' weights (and epilogue inputs) in flight beyond the one it
-// computes, in registers: AHEAD = 1 for the grids that fill the GPU at its occupancy, 2 for small
-// matrices (at most two groups a CTA there: all of a CTA's weights are loaded before the PDL
-// wait). The activations are read and normalized once. Per pair the arithmetic is gemv_kernel's
-// at one token, in the same order: bit-equal.
-template <typename T, Epilogue E, int AHEAD>
+// i * gridDim.x) and loads group i + 1's weights (and its epilogue's inputs) before it computes
+// group i, so every thread keeps loads in flight. The activations are read and normalized once.
+// Per pair the arithmetic is gemv_kernel's at one token, in the same order: bit-equal.
+template <typename T, Epilogue E>
 __global__ void __launch_bounds__(kThreads) gemv_loop_kernel(const GemvArgs<T> a) {
-  static_assert(AHEAD == 1 || AHEAD == 2, "one or two groups in flight ahead");
   constexpr int VEC = 8;
   constexpr bool kNorm = has_norm(E);
   const int ppc = a.pairs_per_cta, nt = blockDim.x / ppc;
@@ -421,24 +418,18 @@ __global__ void __launch_bounds__(kThreads) gemv_loop_kernel(const GemvArgs<T> a
     s.in = EpiIn{};
     if (tid == 0) epi_before_wait<T, E>(a, 0, s.row[0], s.row[1], s.in);
   };
-  auto after_wait = [&](Slot& s) {
-    if (tid == 0) epi_after_wait<T, E>(a, 0, s.row[0], s.row[1], true, s.valid1, s.in);
-  };
 
-  // Before the wait, as in gemv_kernel: the first AHEAD groups' weights and step constants, the
-  // norm weight's vectors (cp.async to this thread's shared-memory slots).
+  // Before the wait, as in gemv_kernel: the first group's weights and step constants, the norm
+  // weight's vectors (cp.async to this thread's shared-memory slots).
   int group = blockIdx.x;
-  Slot s0, s1, s2;  // rotating: the group computed, and the AHEAD after it (s2: AHEAD = 2 only)
-  fetch(group, s0);
-  const bool second = AHEAD == 2 && group + static_cast<int>(gridDim.x) < num_groups;
-  if (second) fetch(group + gridDim.x, s1);
+  Slot cur;
+  fetch(group, cur);
   __shared__ __align__(16) uint4 s_nw_cta[kNorm ? kPreload * kThreads : 1];
   uint4* s_nw = s_nw_cta + (kNorm ? sub * kPreload * nt : 0);
   if constexpr (kNorm) stage_norm_weight(a.norm_weight, s_nw, tid, nt, num_vecs);
   pdl::launch_dependents();
   pdl::wait();  // everything below may read what the previous kernel wrote
-  after_wait(s0);
-  if (second) after_wait(s1);
+  if (tid == 0) epi_after_wait<T, E>(a, 0, cur.row[0], cur.row[1], true, cur.valid1, cur.in);
 
   // The token's activations, normalized (RMSNorm prologue: 1 / rms over the pair's threads).
   uint4 xv[kPreload];
@@ -475,17 +466,15 @@ __global__ void __launch_bounds__(kThreads) gemv_loop_kernel(const GemvArgs<T> a
     }
   }
 
-  // One group: the loads of the group AHEAD strides on into `refill` first, then `cur`'s dot
-  // products, reduction and epilogue (group is CTA-uniform, so every thread reaches the barriers).
-  // False once no group is left.
+  // The groups: the next one's loads first, then this one's dot products, reduction and epilogue
+  // (group is CTA-uniform, so every thread reaches the barriers).
   __shared__ float s_acc[2][kWarps][kRows];  // by the group's parity: one barrier per group
-  int parity = 0;
-  auto step = [&](Slot& cur, Slot& refill) {
-    if (group >= num_groups) return false;
-    const int ahead = group + AHEAD * static_cast<int>(gridDim.x);
-    if (ahead < num_groups) {
-      fetch(ahead, refill);
-      after_wait(refill);
+  for (int parity = 0; group < num_groups; parity ^= 1) {
+    const int next_group = group + gridDim.x;
+    Slot next;
+    if (next_group < num_groups) {
+      fetch(next_group, next);
+      if (tid == 0) epi_after_wait<T, E>(a, 0, next.row[0], next.row[1], true, next.valid1, next.in);
     }
     float acc[kRows] = {0.f, 0.f};
 #pragma unroll
@@ -519,16 +508,8 @@ __global__ void __launch_bounds__(kThreads) gemv_loop_kernel(const GemvArgs<T> a
       }
       write_pair<T, E>(a, 0, cur.row[0], cur.row[1], true, cur.valid1, y[0], y[1], cur.in);
     }
-    group += gridDim.x;
-    parity ^= 1;
-    return true;
-  };
-  if constexpr (AHEAD == 1) {
-    while (step(s0, s1) && step(s1, s0)) {
-    }
-  } else {
-    while (step(s0, s2) && step(s1, s0) && step(s2, s1)) {
-    }
+    cur = next;
+    group = next_group;
   }
 }
 
@@ -557,38 +538,30 @@ inline int pairs_per_cta(int num_tokens, int threads, int num_pairs) {
   return num_pairs > kPairCtasPerSm * num_sms() ? fit : 1;
 }
 
-// The looping kernel's launch for `groups` pair groups on CTAs of `block` threads over a matrix of
-// `weight_bytes`: its grid (0 for gemv_kernel) and how many groups a CTA keeps in flight ahead.
-// As many CTAs as fit the GPU at once where the groups are more, one group ahead; and for a small
-// matrix (at most kSmallMib MiB: it streams in a fraction of a kernel's fixed cost at any grid)
-// kSmallCtasPerSm CTAs an SM, which made SmolLM2-135M's decode step 0.04 ms faster than a CTA
-// per group (2026-12-03: fewer CTAs to schedule and retire, and room on each SM for the next
-// kernel's CTAs to load ahead of its wait), two groups ahead (a CTA has at most two there, so it
-// loads all its weights before the PDL wait). Switches (comparisons; read at each launch, so a
-// graph keeps what it was captured with): VGRAPH_GEMV_CTAS_PER_SM=n caps the CTAs an SM gets at n
-// (0 turns the loop off), VGRAPH_GEMV_SMALL_MIB and VGRAPH_GEMV_SMALL_CTAS_PER_SM replace
-// kSmallMib and kSmallCtasPerSm, VGRAPH_GEMV_AHEAD=1 / 2 keeps that many groups ahead everywhere.
+// The looping kernel's grid for `groups` pair groups on CTAs of `block` threads over a matrix of
+// `weight_bytes`, or 0 for gemv_kernel: as many CTAs as fit the GPU at once where the groups are
+// more; and for a small matrix (at most kSmallMib MiB: it streams in a fraction of a kernel's
+// fixed cost at any grid) kSmallCtasPerSm CTAs an SM, which made SmolLM2-135M's decode step 0.04
+// ms faster than a CTA per group (2026-12-03: fewer CTAs to schedule and retire, and room on each
+// SM for the next kernel's CTAs to load ahead of its wait). Switches (comparisons; read at each
+// launch, so a graph keeps what it was captured with): VGRAPH_GEMV_CTAS_PER_SM=n caps the CTAs an
+// SM gets at n (0 turns the loop off), VGRAPH_GEMV_SMALL_MIB and VGRAPH_GEMV_SMALL_CTAS_PER_SM
+// replace kSmallMib and kSmallCtasPerSm.
 constexpr int kSmallMib = 4;
 constexpr int kSmallCtasPerSm = 2;
-struct LoopPlan {
-  int grid = 0;
-  int ahead = 1;
-};
 template <typename T, Epilogue E>
-LoopPlan loop_plan(int groups, int block, int64_t weight_bytes) {
-  const int64_t small_mib = env_int("VGRAPH_GEMV_SMALL_MIB", kSmallMib, 0, 1024);
-  const bool small = weight_bytes <= (small_mib << 20);
-  LoopPlan plan;
-  plan.ahead = env_int("VGRAPH_GEMV_AHEAD", small ? 2 : 1, 1, 2);
+int loop_grid(int groups, int block, int64_t weight_bytes) {
   int fit = 0;  // the kernel's occupancy: its registers bound it
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &fit, plan.ahead == 2 ? gemv_loop_kernel<T, E, 2> : gemv_loop_kernel<T, E, 1>, block, 0));
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, gemv_loop_kernel<T, E>,
+                                                               block, 0));
+  const int64_t small_mib = env_int("VGRAPH_GEMV_SMALL_MIB", kSmallMib, 0, 1024);
   int per_sm = fit;
-  if (small) per_sm = env_int("VGRAPH_GEMV_SMALL_CTAS_PER_SM", kSmallCtasPerSm, 1, 32);
+  if (weight_bytes <= (small_mib << 20)) {
+    per_sm = env_int("VGRAPH_GEMV_SMALL_CTAS_PER_SM", kSmallCtasPerSm, 1, 32);
+  }
   per_sm = std::min({fit, per_sm, env_int("VGRAPH_GEMV_CTAS_PER_SM", fit, 0, 32)});
   const int grid = per_sm * num_sms();
-  plan.grid = grid > 0 && groups > grid ? grid : 0;
-  return plan;
+  return grid > 0 && groups > grid ? grid : 0;
 }
 
 template <typename T, int MT, Epilogue E>
@@ -600,16 +573,14 @@ void launch_mt(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream) {
   const int block = threads * args.pairs_per_cta;
   const int groups = (num_pairs + args.pairs_per_cta - 1) / args.pairs_per_cta;
   cudaLaunchAttribute attr[1];
-  // One token whose K fits one chunk: the looping kernel where loop_plan says.
+  // One token whose K fits one chunk: the looping kernel where loop_grid says.
   const bool one_chunk = a.K / 8 <= kPreload * threads;
   const int64_t weight_bytes = static_cast<int64_t>(a.N) * a.K * sizeof(T);
-  const LoopPlan loop =
-      MT == 1 && one_chunk && a.may_loop ? loop_plan<T, E>(groups, block, weight_bytes) : LoopPlan{};
-  if (loop.grid > 0) {
-    const cudaLaunchConfig_t cfg =
-        pdl::launch_config(dim3(loop.grid), dim3(block), 0, stream, attr);
-    C10_CUDA_CHECK(cudaLaunchKernelEx(
-        &cfg, loop.ahead == 2 ? gemv_loop_kernel<T, E, 2> : gemv_loop_kernel<T, E, 1>, args));
+  const int loop =
+      MT == 1 && one_chunk && a.may_loop ? loop_grid<T, E>(groups, block, weight_bytes) : 0;
+  if (loop > 0) {
+    const cudaLaunchConfig_t cfg = pdl::launch_config(dim3(loop), dim3(block), 0, stream, attr);
+    C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_loop_kernel<T, E>, args));
     return;
   }
   const cudaLaunchConfig_t cfg = pdl::launch_config(dim3(groups), dim3(block), 0, stream, attr);

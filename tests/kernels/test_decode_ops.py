@@ -230,11 +230,10 @@ def test_row_pairs_packed_per_cta_and_looped_are_bit_equal(
     own, and where its CTAs exceed one wave (or cover a small matrix) a smaller grid loops over
     them. Every packing (VGRAPH_GEMV_PAIRS caps it) and loop grid (VGRAPH_GEMV_CTAS_PER_SM caps
     its CTAs an SM, 0 turns it off; VGRAPH_GEMV_SMALL_MIB and VGRAPH_GEMV_SMALL_CTAS_PER_SM set
-    the small matrices' rule, VGRAPH_GEMV_LOOP=1 allows it where the per-shape table does not,
-    VGRAPH_GEMV_AHEAD keeps one or two groups' weights in flight ahead of the one computed
-    everywhere), the launcher's own choices included, writes the bits of a CTA per pair, also
-    where the last CTA has spare pair slots (N = 4101: 2051 pairs), nothing past N, and where K
-    spans several chunks, the last one partial."""
+    the small matrices' rule, VGRAPH_GEMV_LOOP=1 allows it where the per-shape table does not),
+    the launcher's own choices included, writes the bits of a CTA per pair, also where the last
+    CTA has spare pair slots (N = 4101: 2051 pairs), nothing past N, and where K spans several
+    chunks, the last one partial."""
     monkeypatch.setenv("VGRAPH_GEMV", "cuda_core")
     dtype = torch.bfloat16
     c = Case(shape, 1, dtype, device)
@@ -259,18 +258,14 @@ def test_row_pairs_packed_per_cta_and_looped_are_bit_equal(
     assert rel_err(one_pair[0][:, :4101], ref) < REL_TOL[dtype]
     ref = long_x.float() @ long_w.float().T + c.residual[:, :1].float()
     assert rel_err(one_pair[1], ref) < REL_TOL[dtype]
-    variants = [(p, c, "", "", "") for p in ("2", "3", "4", "") for c in ("0", "1", "3", "")]
-    variants += [("", "", mib, ctas, "") for mib in ("0", "64") for ctas in ("1", "3")]
-    variants += [
-        ("", c, mib, "", a) for a in ("1", "2") for c in ("1", "3", "") for mib in ("0", "")
-    ]
-    for pairs, ctas, small_mib, small_ctas, ahead in variants:  # "": the launcher's choice
+    variants = [(p, c, "", "") for p in ("2", "3", "4", "") for c in ("0", "1", "3", "")]
+    variants += [("", "", mib, ctas) for mib in ("0", "64") for ctas in ("1", "3")]
+    for pairs, ctas, small_mib, small_ctas in variants:  # "": the launcher's choice
         monkeypatch.setenv("VGRAPH_GEMV_PAIRS", pairs)
         monkeypatch.setenv("VGRAPH_GEMV_CTAS_PER_SM", ctas)  # 1: every op with more CTAs than SMs
         monkeypatch.setenv("VGRAPH_GEMV_LOOP", "1" if ctas in ("1", "3") else "")  # every shape
         monkeypatch.setenv("VGRAPH_GEMV_SMALL_MIB", small_mib)
         monkeypatch.setenv("VGRAPH_GEMV_SMALL_CTAS_PER_SM", small_ctas)
-        monkeypatch.setenv("VGRAPH_GEMV_AHEAD", ahead)
         for got, want in zip(run(), one_pair):  # bit-equal (NaN past N in both)
             torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
 
@@ -280,8 +275,7 @@ def test_row_pairs_packed_per_cta_and_looped_are_bit_equal(
     ("name", "value"),
     [("VGRAPH_GEMV_PAIRS", "5"), ("VGRAPH_GEMV_PAIRS", "x"), ("VGRAPH_GEMV_CTAS_PER_SM", "33"),
      ("VGRAPH_GEMV_CTAS_PER_SM", "-1"), ("VGRAPH_GEMV_SMALL_MIB", "1025"),
-     ("VGRAPH_GEMV_SMALL_CTAS_PER_SM", "0"), ("VGRAPH_GEMV_LOOP", "2"),
-     ("VGRAPH_GEMV_AHEAD", "3")],
+     ("VGRAPH_GEMV_SMALL_CTAS_PER_SM", "0"), ("VGRAPH_GEMV_LOOP", "2")],
 )  # fmt: skip
 def test_gemv_switches_reject_bad_values(
     name: str, value: str, device: str, monkeypatch: pytest.MonkeyPatch
