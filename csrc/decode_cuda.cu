@@ -105,9 +105,23 @@ const Threshold* find_threshold(Epilogue e, int64_t n, int64_t k) {
   return nullptr;
 }
 
+// VGRAPH_GEMV_MAX_TOKENS_<OP>=n replaces the table's max_tokens for every shape of one epilogue
+// (comparisons; read at each launch, so a graph keeps what it was captured with).
+const char* max_tokens_switch(Epilogue e) {
+  switch (e) {
+    case Epilogue::kQkvRope: return "VGRAPH_GEMV_MAX_TOKENS_QKV";
+    case Epilogue::kAddResidual: return "VGRAPH_GEMV_MAX_TOKENS_RESIDUAL";
+    case Epilogue::kSiluMul: return "VGRAPH_GEMV_MAX_TOKENS_GATE_UP";
+    case Epilogue::kStore: return "VGRAPH_GEMV_MAX_TOKENS_OUT";
+    case Epilogue::kNormStore: return "VGRAPH_GEMV_MAX_TOKENS_NORM_OUT";
+  }
+  return "";
+}
+
 int64_t default_max_gemv_tokens(Epilogue e, int64_t n, int64_t k) {
   const Threshold* t = find_threshold(e, n, k);
-  return t ? t->max_tokens : 1;
+  return env_int(max_tokens_switch(e), t ? static_cast<int>(t->max_tokens) : 1, 0,
+                 kMaxGemvTokens);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
