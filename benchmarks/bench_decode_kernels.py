@@ -13,9 +13,7 @@ replays):
     =mma: the CUDA-core GEMV or the tensor-core one), "auto" uses the op's per-shape table; at one
     token "one_pair" is the CUDA-core kernel with a CTA per row pair (VGRAPH_GEMV_PAIRS=1) and
     "no_loop" its packed CTAs, a CTA per group (VGRAPH_GEMV_CTAS_PER_SM=0), against which
-    "cuda_core" packs pairs and loops a smaller grid over them as its launcher picks; above one
-    token "mma_rt1" / "mma_rt2" / "mma_rt4" are the tensor-core kernel with 1 / 2 / 4 row tiles a
-    CTA (VGRAPH_MMA_RT, where the tile count allows) against which "mma" takes its launcher's;
+    "cuda_core" packs pairs and loops a smaller grid over them as its launcher picks;
   - the whole layer stack without attention: 4 fused ops per layer vs today's 8 launches.
 Also prints, per op, the largest M up to which a fused kernel beats the unfused sequence and the
 smallest M from which the tensor-core kernel beats the CUDA-core one: the per-shape table in
@@ -167,8 +165,6 @@ KERNELS = ("cuda_core", "mma")
 # and packed CTAs; neither loops a smaller grid over its groups.
 NO_LOOP = {"VGRAPH_GEMV_CTAS_PER_SM": "0"}
 ONE_TOKEN_VARIANTS = {"one_pair": {"VGRAPH_GEMV_PAIRS": "1"} | NO_LOOP, "no_loop": NO_LOOP}
-# The tensor-core kernel's row tiles a CTA, forced, beside the launcher's choice ("mma").
-ROW_TILE_VARIANTS = {f"mma_rt{n}": {"VGRAPH_MMA_RT": str(n)} for n in (1, 2, 4)}
 
 
 def timed_with(kernel: str, step: Callable[[], None], calls: int, replays: int,
@@ -219,11 +215,11 @@ def main() -> int:
                 for kernel in KERNELS:
                     row[f"{kernel}_us"] = timed_with(kernel, model.fused(op, m, 32), calls,
                                                      args.replays)  # fmt: skip
-                kernel, variants = ("cuda_core", ONE_TOKEN_VARIANTS) if m == 1 else (
-                    "mma", ROW_TILE_VARIANTS)  # fmt: skip
-                for variant, switches in variants.items():
-                    step = model.fused(op, m, 32)
-                    row[f"{variant}_us"] = timed_with(kernel, step, calls, args.replays, switches)
+                if m == 1:
+                    for variant, switches in ONE_TOKEN_VARIANTS.items():
+                        step = model.fused(op, m, 32)
+                        row[f"{variant}_us"] = timed_with("cuda_core", step, calls, args.replays,
+                                                          switches)  # fmt: skip
                 row["auto_us"] = time_graph(model.fused(op, m, None), calls, args.replays)
                 row["unfused_us"] = time_graph(model.unfused(op, m), calls, args.replays)
                 rows.append(row)
@@ -231,9 +227,6 @@ def main() -> int:
             s["fused_us"] = time_graph(model.stack(m, True, None), 1, args.replays)
             for kernel in KERNELS:
                 s[f"{kernel}_us"] = timed_with(kernel, model.stack(m, True, 32), 1, args.replays)
-            if m > 1:
-                s["mma_rt1_us"] = timed_with("mma", model.stack(m, True, 32), 1, args.replays,
-                                             ROW_TILE_VARIANTS["mma_rt1"])  # fmt: skip
             s["unfused_us"] = time_graph(model.stack(m, False, None), 1, args.replays)
             stacks.append(s)
         thresholds[name] = {op: suggest([r for r in rows if r["config"] == name], op)
@@ -242,22 +235,20 @@ def main() -> int:
         torch.cuda.empty_cache()
 
     print(f"\nper call, us (median of {args.replays} graph replays; PDL {'on' if pdl else 'off'})")
-    extra = ("one_pair", "no_loop", "mma_rt1", "mma_rt2", "mma_rt4")
-    head = " ".join(f"{c:>9}" for c in (*extra, "cuda_core", "mma", "auto", "unfused"))
+    head = f"{'one_pair':>9} {'no_loop':>8} {'cuda_core':>10} {'mma':>8} {'auto':>8} {'unfused':>8}"
     print(f"{'config':14} {'op':8} {'M':>3} {head} {'x':>6}")
     for r in rows:
         best = min(r["cuda_core_us"], r["mma_us"])
-        cols = [f"{r[f'{c}_us']:9.2f}" if f"{c}_us" in r else f"{'-':>9}" for c in extra]
-        cols += [f"{r[f'{c}_us']:9.2f}" for c in ("cuda_core", "mma", "auto", "unfused")]
-        print(f"{r['config']:14} {r['op']:8} {r['m']:3d} {' '.join(cols)} "
+        one = f"{r['one_pair_us']:9.2f}" if "one_pair_us" in r else f"{'-':>9}"
+        one += f" {r['no_loop_us']:8.2f}" if "no_loop_us" in r else f" {'-':>8}"
+        print(f"{r['config']:14} {r['op']:8} {r['m']:3d} {one} {r['cuda_core_us']:10.2f} "
+              f"{r['mma_us']:8.2f} {r['auto_us']:8.2f} {r['unfused_us']:8.2f} "
               f"{r['unfused_us'] / best:6.2f}")  # fmt: skip
     print("\nlayer stack without attention, us per step")
-    print(f"{'config':14} {'M':>3} {'auto':>8} {'cuda_core':>10} {'mma':>8} {'mma_rt1':>8} "
-          f"{'unfused':>8}")  # fmt: skip
+    print(f"{'config':14} {'M':>3} {'auto':>8} {'cuda_core':>10} {'mma':>8} {'unfused':>8}")
     for s in stacks:
-        rt1 = f"{s['mma_rt1_us']:8.1f}" if "mma_rt1_us" in s else f"{'-':>8}"
         print(f"{s['config']:14} {s['m']:3d} {s['fused_us']:8.1f} {s['cuda_core_us']:10.1f} "
-              f"{s['mma_us']:8.1f} {rt1} {s['unfused_us']:8.1f}")  # fmt: skip
+              f"{s['mma_us']:8.1f} {s['unfused_us']:8.1f}")  # fmt: skip
     print("\nper op, fused up to max_tokens, tensor cores from mma_from:", json.dumps(thresholds))
     result = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),

@@ -22,11 +22,9 @@ groups than 2 / 3 CTAs an SM loops at that many), `small_off` (only grids over o
 small matrices keep a CTA per group, VGRAPH_GEMV_SMALL_MIB=0), `small1` / `small3` (small
 matrices loop at 1 / 3 CTAs an SM instead of 2), `small16` (matrices up to 16 MiB count as small
 instead of 4), `loop_all` (also the shapes whose table entry keeps a CTA per group loop,
-VGRAPH_GEMV_LOOP=1), `rt1` (the tensor-core GEMV with one row tile a CTA everywhere,
-VGRAPH_MMA_RT=1, where its launcher gives large matrices more), `gate_up16` / `qkv16` / `down16`
-(the gate/up, QKV or residual projections fused up to 16 tokens at every shape,
-VGRAPH_GEMV_MAX_TOKENS_GATE_UP / _QKV / _RESIDUAL, in place of the per-shape table), `all16`
-(all three), `gate_up16_rt1` (gate_up16 with one row tile a CTA).
+VGRAPH_GEMV_LOOP=1), `gate_up16` / `qkv16` / `down16` (the gate/up, QKV or residual projections
+fused up to 16 tokens at every shape, VGRAPH_GEMV_MAX_TOKENS_GATE_UP / _QKV / _RESIDUAL, in place
+of the per-shape table), `all16` (all three), `qkv16_gt2` (qkv16 with attn_gt2).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 
@@ -82,12 +80,11 @@ VARIANTS = (
     "small3",
     "small16",
     "loop_all",
-    "rt1",
     "gate_up16",
     "qkv16",
     "down16",
     "all16",
-    "gate_up16_rt1",
+    "qkv16_gt2",
 )
 GATE_UP16 = {"VGRAPH_GEMV_MAX_TOKENS_GATE_UP": "16"}
 # Switches the csrc ops read at each launch (so at capture): the variant's, while it starts.
@@ -108,13 +105,12 @@ VARIANT_ENV = {
     "small3": {"VGRAPH_GEMV_SMALL_CTAS_PER_SM": "3"},
     "small16": {"VGRAPH_GEMV_SMALL_MIB": "16"},
     "loop_all": {"VGRAPH_GEMV_LOOP": "1"},
-    "rt1": {"VGRAPH_MMA_RT": "1"},
     "gate_up16": GATE_UP16,
     "qkv16": {"VGRAPH_GEMV_MAX_TOKENS_QKV": "16"},
     "down16": {"VGRAPH_GEMV_MAX_TOKENS_RESIDUAL": "16"},
     "all16": GATE_UP16
     | {"VGRAPH_GEMV_MAX_TOKENS_QKV": "16", "VGRAPH_GEMV_MAX_TOKENS_RESIDUAL": "16"},
-    "gate_up16_rt1": GATE_UP16 | {"VGRAPH_MMA_RT": "1"},
+    "qkv16_gt2": {"VGRAPH_GEMV_MAX_TOKENS_QKV": "16", "VGRAPH_ATTN_GROUP_HEADS": "2"},
 }
 
 

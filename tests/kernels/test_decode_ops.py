@@ -4,8 +4,7 @@ the shapes of the three shipped configs and odd token counts; on CUDA also the G
 the op's own unfused cuBLAS path (nearly bit-equal: only the fp32 summation order differs), the
 token threshold, a chain of the ops captured in one CUDA graph (programmatic dependent launch
 inside) replayed with new inputs, at one token row pairs packed several to a CTA and grids
-looping over them (bit-equal to a CTA per pair), the tensor-core kernel's row tiles per CTA
-(bit-equal to one), the switches' checks, and the ops under
+looping over them (bit-equal to a CTA per pair), the switches' checks, and the ops under
 torch.compile. CPU always, CUDA under the `gpu` marker.
 """
 
@@ -286,46 +285,6 @@ def test_gemv_switches_reject_bad_values(
     c = Case("SmolLM2-135M", 1, torch.bfloat16, device)
     with pytest.raises(RuntimeError, match=f"{name} must be an integer in"):
         run_gate_up(c, 1)
-
-
-@pytest.mark.parametrize("device", [CUDA])
-@pytest.mark.parametrize("num_tokens", [2, 8, 13, 16])
-@pytest.mark.parametrize("shape", ["SmolLM2-135M", "Llama-3.2-1B", "Qwen3-0.6B"])
-def test_mma_row_tiles_are_bit_equal(
-    shape: str, num_tokens: int, device: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The tensor-core kernel gives a CTA 1, 2 or 4 row tiles (VGRAPH_MMA_RT forces it where the
-    tile count allows, "" is the launcher's rule), each tile's sums in the same order: the same
-    bits for every op, also where the tile count is odd (N = 4101: 257 tiles, the last partial)."""
-    monkeypatch.setenv("VGRAPH_GEMV", "mma")
-    dtype = torch.bfloat16
-    c = Case(shape, num_tokens, dtype, device)
-    w = rand(4101, c.hidden, device=device, dtype=dtype, seed=11, scale=c.hidden**-0.5)
-
-    def run() -> list[torch.Tensor]:
-        out = torch.full((num_tokens, 4104), float("nan"), dtype=torch.float32, device=device)
-        OPS.linear_out(out[:, :4101], c.hidden_x, w, 32)
-        return [out] + [r(32) for r in path_runs(c)]
-
-    monkeypatch.setenv("VGRAPH_MMA_RT", "1")
-    one_tile = run()
-    assert torch.isnan(one_tile[0][:, 4101:]).all()
-    for rt in ("2", "4", ""):
-        monkeypatch.setenv("VGRAPH_MMA_RT", rt)
-        for got, want in zip(run(), one_tile):
-            torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
-
-
-@pytest.mark.parametrize("device", [CUDA])
-@pytest.mark.parametrize("value", ["3", "5", "x"])
-def test_mma_row_tiles_switch_rejects_bad_values(
-    value: str, device: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("VGRAPH_GEMV", "mma")
-    monkeypatch.setenv("VGRAPH_MMA_RT", value)
-    c = Case("SmolLM2-135M", 4, torch.bfloat16, device)
-    with pytest.raises(RuntimeError, match="VGRAPH_MMA_RT must be an integer in"):
-        run_gate_up(c, 32)
 
 
 @pytest.mark.parametrize("device", [CUDA])
