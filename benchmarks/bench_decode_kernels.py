@@ -13,7 +13,10 @@ replays):
     =mma: the CUDA-core GEMV or the tensor-core one), "auto" uses the op's per-shape table; at one
     token "one_pair" is the CUDA-core kernel with a CTA per row pair (VGRAPH_GEMV_PAIRS=1) and
     "no_loop" its packed CTAs, a CTA per group (VGRAPH_GEMV_CTAS_PER_SM=0), against which
-    "cuda_core" packs pairs and loops a smaller grid over them as its launcher picks;
+    "cuda_core" packs pairs and loops a smaller grid over them as its launcher picks; above 8
+    tokens "mma_whole" is the tensor-core kernel with whole column tiles (VGRAPH_MMA_SPLIT_MIB=0)
+    and "mma_split" split by tokens at every shape (=1024), against which "mma" splits where its
+    launcher picks;
   - the whole layer stack without attention: 4 fused ops per layer vs today's 8 launches.
 Also prints, per op, the largest M up to which a fused kernel beats the unfused sequence and the
 smallest M from which the tensor-core kernel beats the CUDA-core one: the per-shape table in
@@ -165,6 +168,12 @@ KERNELS = ("cuda_core", "mma")
 # and packed CTAs; neither loops a smaller grid over its groups.
 NO_LOOP = {"VGRAPH_GEMV_CTAS_PER_SM": "0"}
 ONE_TOKEN_VARIANTS = {"one_pair": {"VGRAPH_GEMV_PAIRS": "1"} | NO_LOOP, "no_loop": NO_LOOP}
+# Above 8 tokens, the tensor-core kernel's launch split by tokens nowhere / everywhere, beside the
+# launcher's choice ("mma").
+SPLIT_VARIANTS = {
+    "mma_whole": {"VGRAPH_MMA_SPLIT_MIB": "0"},
+    "mma_split": {"VGRAPH_MMA_SPLIT_MIB": "1024"},
+}
 
 
 def timed_with(kernel: str, step: Callable[[], None], calls: int, replays: int,
@@ -215,11 +224,11 @@ def main() -> int:
                 for kernel in KERNELS:
                     row[f"{kernel}_us"] = timed_with(kernel, model.fused(op, m, 32), calls,
                                                      args.replays)  # fmt: skip
-                if m == 1:
-                    for variant, switches in ONE_TOKEN_VARIANTS.items():
-                        step = model.fused(op, m, 32)
-                        row[f"{variant}_us"] = timed_with("cuda_core", step, calls, args.replays,
-                                                          switches)  # fmt: skip
+                kernel, variants = ("cuda_core", ONE_TOKEN_VARIANTS) if m == 1 else (
+                    "mma", SPLIT_VARIANTS if m > 8 else {})  # fmt: skip
+                for variant, switches in variants.items():
+                    step = model.fused(op, m, 32)
+                    row[f"{variant}_us"] = timed_with(kernel, step, calls, args.replays, switches)
                 row["auto_us"] = time_graph(model.fused(op, m, None), calls, args.replays)
                 row["unfused_us"] = time_graph(model.unfused(op, m), calls, args.replays)
                 rows.append(row)
@@ -227,6 +236,9 @@ def main() -> int:
             s["fused_us"] = time_graph(model.stack(m, True, None), 1, args.replays)
             for kernel in KERNELS:
                 s[f"{kernel}_us"] = timed_with(kernel, model.stack(m, True, 32), 1, args.replays)
+            if m > 8:
+                s["mma_whole_us"] = timed_with("mma", model.stack(m, True, 32), 1, args.replays,
+                                               SPLIT_VARIANTS["mma_whole"])  # fmt: skip
             s["unfused_us"] = time_graph(model.stack(m, False, None), 1, args.replays)
             stacks.append(s)
         thresholds[name] = {op: suggest([r for r in rows if r["config"] == name], op)
@@ -235,20 +247,22 @@ def main() -> int:
         torch.cuda.empty_cache()
 
     print(f"\nper call, us (median of {args.replays} graph replays; PDL {'on' if pdl else 'off'})")
-    head = f"{'one_pair':>9} {'no_loop':>8} {'cuda_core':>10} {'mma':>8} {'auto':>8} {'unfused':>8}"
+    extra = ("one_pair", "no_loop", "mma_whole", "mma_split")
+    head = " ".join(f"{c:>9}" for c in (*extra, "cuda_core", "mma", "auto", "unfused"))
     print(f"{'config':14} {'op':8} {'M':>3} {head} {'x':>6}")
     for r in rows:
         best = min(r["cuda_core_us"], r["mma_us"])
-        one = f"{r['one_pair_us']:9.2f}" if "one_pair_us" in r else f"{'-':>9}"
-        one += f" {r['no_loop_us']:8.2f}" if "no_loop_us" in r else f" {'-':>8}"
-        print(f"{r['config']:14} {r['op']:8} {r['m']:3d} {one} {r['cuda_core_us']:10.2f} "
-              f"{r['mma_us']:8.2f} {r['auto_us']:8.2f} {r['unfused_us']:8.2f} "
+        cols = [f"{r[f'{c}_us']:9.2f}" if f"{c}_us" in r else f"{'-':>9}" for c in extra]
+        cols += [f"{r[f'{c}_us']:9.2f}" for c in ("cuda_core", "mma", "auto", "unfused")]
+        print(f"{r['config']:14} {r['op']:8} {r['m']:3d} {' '.join(cols)} "
               f"{r['unfused_us'] / best:6.2f}")  # fmt: skip
     print("\nlayer stack without attention, us per step")
-    print(f"{'config':14} {'M':>3} {'auto':>8} {'cuda_core':>10} {'mma':>8} {'unfused':>8}")
+    print(f"{'config':14} {'M':>3} {'auto':>8} {'cuda_core':>10} {'mma':>8} {'mma_whole':>9} "
+          f"{'unfused':>8}")  # fmt: skip
     for s in stacks:
+        whole = f"{s['mma_whole_us']:9.1f}" if "mma_whole_us" in s else f"{'-':>9}"
         print(f"{s['config']:14} {s['m']:3d} {s['fused_us']:8.1f} {s['cuda_core_us']:10.1f} "
-              f"{s['mma_us']:8.1f} {s['unfused_us']:8.1f}")  # fmt: skip
+              f"{s['mma_us']:8.1f} {whole} {s['unfused_us']:8.1f}")  # fmt: skip
     print("\nper op, fused up to max_tokens, tensor cores from mma_from:", json.dumps(thresholds))
     result = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),

@@ -18,6 +18,9 @@
 // (a warp per token) and normalizes the 16 values a lane feeds to the mma with RMSNorm's roundings.
 // Warps' partial tiles meet in shared memory; 2 NT warps add them up (a token parity of a column
 // tile each) and write the epilogue.
+//
+// Above 8 tokens a small matrix's launch is split by tokens (mma_split): a grid row of CTAs of one
+// column tile per 8 tokens, each reading the weights again (from L2 where the rows run together).
 #pragma once
 
 namespace vgraph {
@@ -65,14 +68,17 @@ __device__ __forceinline__ int mma_row(const GemvArgs<T>& a, int tile, int i) {
   }
 }
 
-// NT: 8-token column tiles (1, 2 or 4: up to 8, 16 or 32 tokens).
+// NT: 8-token column tiles (1, 2 or 4: up to 8, 16 or 32 tokens). A launch split by tokens
+// (gridDim.y > 1, NT = 1: mma_split) gives CTA row blockIdx.y tokens 8 * blockIdx.y on.
 template <typename T, int NT, Epilogue E>
 __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
   constexpr bool kNorm = has_norm(E);
   constexpr int P = kMmaPreload;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, num_warps = blockDim.x / 32;
   const int g = lane / 4, q = lane % 4;
-  const int m_count = a.num_tokens;
+  const int tok0 = blockIdx.y * NT * 8;  // this CTA's first token (its tokens: m = 0, 1, ...)
+  const int m_count = min(a.num_tokens - tok0, NT * 8);
+  const T* x = a.x + tok0 * a.x_stride;
 
   // 1. This lane's two weight rows (g and g + 8 of the tile) and this warp's chunks.
   const int row0 = mma_row<T, E>(a, blockIdx.x, g), row1 = mma_row<T, E>(a, blockIdx.x, g + 8);
@@ -109,11 +115,11 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
     cp_async_commit();
   }
   EpiIn in;  // warps 0 .. 2 NT - 1 write the epilogue: lane (g, q) holds the rows of pair g
-  if (warp < NT * 2) epi_before_wait<T, E>(a, 0, row0, row1, in);  // the bias; rope from s_epi
+  if (warp < NT * 2) epi_before_wait<T, E>(a, tok0, row0, row1, in);  // the bias; rope from s_epi
   if constexpr (E == Epilogue::kQkvRope) {
     for (int i = threadIdx.x; i < m_count * 8; i += blockDim.x) {
       EpiIn e;
-      epi_before_wait<T, E>(a, i / 8, mma_row<T, E>(a, blockIdx.x, i % 8),
+      epi_before_wait<T, E>(a, tok0 + i / 8, mma_row<T, E>(a, blockIdx.x, i % 8),
                             mma_row<T, E>(a, blockIdx.x, i % 8 + 8), e);
       s_epi[i / 8][i % 8] = make_float2(e.c, e.s);
     }
@@ -131,7 +137,7 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
       EpiIn e;
       if (i < m_count * 8) {
         const int r0 = mma_row<T, E>(a, blockIdx.x, p), r1 = mma_row<T, E>(a, blockIdx.x, p + 8);
-        epi_after_wait<T, E>(a, i / 8, r0, r1, r0 < a.N, r1 < a.N, e);
+        epi_after_wait<T, E>(a, tok0 + i / 8, r0, r1, r0 < a.N, r1 < a.N, e);
       }
       res[j] = make_float2(e.r0, e.r1);
     }
@@ -154,7 +160,7 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
         const int m = warp + i * num_warps;
         if (m < m_count) {
           float f[8];
-          unpack8<T>(*reinterpret_cast<const uint4*>(a.x + m * a.x_stride + k * 8), f);
+          unpack8<T>(*reinterpret_cast<const uint4*>(x + m * a.x_stride + k * 8), f);
 #pragma unroll
           for (int j = 0; j < 8; ++j) sq[i] = fmaf(f[j], f[j], sq[i]);
         }
@@ -198,7 +204,7 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
         for (int v = 0; v < kMmaVecs; ++v) {
           uint4 xb = {0u, 0u, 0u, 0u};
           if (m < m_count) {
-            xb = *reinterpret_cast<const uint4*>(a.x + m * a.x_stride + k + v * 32);
+            xb = *reinterpret_cast<const uint4*>(x + m * a.x_stride + k + v * 32);
             if constexpr (kNorm) {
               xb = norm8<T>(xb, *reinterpret_cast<const uint4*>(s_nw + k + v * 32), inv_rms[nt]);
             }
@@ -239,7 +245,7 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
     if (m >= m_count) continue;
     if constexpr (E == Epilogue::kQkvRope) in.c = s_epi[m][g].x, in.s = s_epi[m][g].y;
     if constexpr (E == Epilogue::kAddResidual) in.r0 = s_epi[m][g].x, in.r1 = s_epi[m][g].y;
-    write_pair<T, E>(a, m, row0, row1, valid0, valid1, y0, y1, in);
+    write_pair<T, E>(a, tok0 + m, row0, row1, valid0, valid1, y0, y1, in);
   }
 }
 
@@ -259,8 +265,23 @@ int mma_tiles(const GemvArgs<T>& a) {
   return (a.N + kMmaRows - 1) / kMmaRows;
 }
 
+// Whether a launch over more than 8 tokens runs CTAs of 8 tokens each (grid rows of one column
+// tile, NT = 1) instead of CTAs of 2 or 4 column tiles: for matrices of at most kMmaSplitMib MiB,
+// whose weights the extra CTA rows read again in a fraction of a kernel's fixed cost, while a CTA
+// of one column tile has the shorter critical path (half the accumulators, partials and stores;
+// 2026-12-02-h200-mma16: SmolLM2-135M's ops at 16 tokens cost 1.0-1.7 us more than at 8). Each
+// token's sums are the same either way (mma columns are independent; the warps split K alike):
+// bit-equal. VGRAPH_MMA_SPLIT_MIB=n replaces kMmaSplitMib (0: never split; comparisons, read at
+// each launch, so a graph keeps what it was captured with).
+constexpr int kMmaSplitMib = 4;
+inline bool mma_split(int64_t weight_bytes) {
+  return weight_bytes <= (static_cast<int64_t>(env_int("VGRAPH_MMA_SPLIT_MIB", kMmaSplitMib, 0,
+                                                       1024))
+                          << 20);
+}
+
 template <typename T, int NT, Epilogue E>
-void launch_mma_nt(const GemvArgs<T>& a, cudaStream_t stream) {
+void launch_mma_nt(const GemvArgs<T>& a, int slices, cudaStream_t stream) {
   const int tiles = mma_tiles<T, E>(a), warps = mma_warps(tiles, a.K / kMmaK);
   constexpr bool kNorm = has_norm(E);
   const size_t smem = static_cast<size_t>(warps) * NT * 4 * 32 * sizeof(float) +
@@ -272,7 +293,7 @@ void launch_mma_nt(const GemvArgs<T>& a, cudaStream_t stream) {
   }
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg =
-      pdl::launch_config(dim3(tiles), dim3(warps * 32), smem, stream, attr);
+      pdl::launch_config(dim3(tiles, slices), dim3(warps * 32), smem, stream, attr);
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_mma_kernel<T, NT, E>, a));
 }
 
@@ -281,11 +302,16 @@ void launch_gemv_mma(const GemvArgs<T>& a, cudaStream_t stream) {
   int m = a.num_tokens;
   // VGRAPH_MMA_NT=1, 2 or 4 (comparisons only: what the column tiles cost apart from the tokens)
   // launches at least that many; read at each launch, so a graph keeps what it was captured with.
+  // It also keeps the column tiles whole (no split).
   const char* nt = std::getenv("VGRAPH_MMA_NT");
-  if (nt != nullptr && nt[0] != '\0') m = std::max(m, 8 * std::atoi(nt) - 7);
-  if (m <= 8) return launch_mma_nt<T, 1, E>(a, stream);
-  if (m <= 16) return launch_mma_nt<T, 2, E>(a, stream);
-  launch_mma_nt<T, 4, E>(a, stream);
+  const bool forced_nt = nt != nullptr && nt[0] != '\0';
+  if (forced_nt) m = std::max(m, 8 * std::atoi(nt) - 7);
+  if (m <= 8) return launch_mma_nt<T, 1, E>(a, 1, stream);
+  if (!forced_nt && mma_split(static_cast<int64_t>(a.N) * a.K * sizeof(T))) {
+    return launch_mma_nt<T, 1, E>(a, (a.num_tokens + 7) / 8, stream);
+  }
+  if (m <= 16) return launch_mma_nt<T, 2, E>(a, 1, stream);
+  launch_mma_nt<T, 4, E>(a, 1, stream);
 }
 
 }  // namespace gemv

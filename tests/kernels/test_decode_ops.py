@@ -4,7 +4,8 @@ the shapes of the three shipped configs and odd token counts; on CUDA also the G
 the op's own unfused cuBLAS path (nearly bit-equal: only the fp32 summation order differs), the
 token threshold, a chain of the ops captured in one CUDA graph (programmatic dependent launch
 inside) replayed with new inputs, at one token row pairs packed several to a CTA and grids
-looping over them (bit-equal to a CTA per pair), the switches' checks, and the ops under
+looping over them (bit-equal to a CTA per pair), above 8 tokens the tensor-core kernel's launch
+split by tokens (bit-equal to whole column tiles), the switches' checks, and the ops under
 torch.compile. CPU always, CUDA under the `gpu` marker.
 """
 
@@ -285,6 +286,31 @@ def test_gemv_switches_reject_bad_values(
     c = Case("SmolLM2-135M", 1, torch.bfloat16, device)
     with pytest.raises(RuntimeError, match=f"{name} must be an integer in"):
         run_gate_up(c, 1)
+
+
+@pytest.mark.parametrize("device", [CUDA])
+@pytest.mark.parametrize("num_tokens", [9, 13, 16, 17, 29, 32])
+@pytest.mark.parametrize("shape", ["SmolLM2-135M", "Llama-3.2-1B", "Qwen3-0.6B", "odd"])
+def test_mma_split_by_tokens_is_bit_equal(
+    shape: str, num_tokens: int, device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above 8 tokens the tensor-core kernel runs a small matrix as CTAs of 8 tokens each, a grid
+    row per 8 (VGRAPH_MMA_SPLIT_MIB sets what counts as small: 0 nothing, 1024 everything), else
+    CTAs of 2 or 4 column tiles: every op writes the same bits either way (the odd shape keeps the
+    CUDA-core kernel, whose bits the switch must not change either)."""
+    monkeypatch.setenv("VGRAPH_GEMV", "mma")
+    c = Case(shape, num_tokens, torch.bfloat16, device)
+    monkeypatch.setenv("VGRAPH_MMA_SPLIT_MIB", "0")
+    whole = [run(32) for run in path_runs(c)]
+    for mib in ("", "1024"):
+        monkeypatch.setenv("VGRAPH_MMA_SPLIT_MIB", mib)
+        for got, want in zip([run(32) for run in path_runs(c)], whole):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+    if shape == "odd":
+        return
+    monkeypatch.setenv("VGRAPH_MMA_SPLIT_MIB", "1025")
+    with pytest.raises(RuntimeError, match="VGRAPH_MMA_SPLIT_MIB must be an integer in"):
+        run_gate_up(c, 32)
 
 
 @pytest.mark.parametrize("device", [CUDA])
