@@ -14,8 +14,8 @@ replays):
     token "one_pair" is the CUDA-core kernel with a CTA per row pair (VGRAPH_GEMV_PAIRS=1) and
     "no_loop" its packed CTAs, a CTA per group (VGRAPH_GEMV_CTAS_PER_SM=0), against which
     "cuda_core" packs pairs and loops a smaller grid over them as its launcher picks; above 8
-    tokens "mma_whole" is the tensor-core kernel with whole column tiles (VGRAPH_MMA_SPLIT_MIB=0)
-    and "mma_split" split by tokens at every shape (=1024), against which "mma" splits where its
+    tokens "mma_whole" is the tensor-core kernel with whole column tiles (VGRAPH_MMA_SPLIT=0)
+    and "mma_split" split by tokens at every shape (=1), against which "mma" splits where its
     launcher picks;
   - the whole layer stack without attention: 4 fused ops per layer vs today's 8 launches.
 Also prints, per op, the largest M up to which a fused kernel beats the unfused sequence and the
@@ -171,8 +171,8 @@ ONE_TOKEN_VARIANTS = {"one_pair": {"VGRAPH_GEMV_PAIRS": "1"} | NO_LOOP, "no_loop
 # Above 8 tokens, the tensor-core kernel's launch split by tokens nowhere / everywhere, beside the
 # launcher's choice ("mma").
 SPLIT_VARIANTS = {
-    "mma_whole": {"VGRAPH_MMA_SPLIT_MIB": "0"},
-    "mma_split": {"VGRAPH_MMA_SPLIT_MIB": "1024"},
+    "mma_whole": {"VGRAPH_MMA_SPLIT": "0"},
+    "mma_split": {"VGRAPH_MMA_SPLIT": "1"},
 }
 
 

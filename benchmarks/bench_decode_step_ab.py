@@ -26,8 +26,8 @@ VGRAPH_GEMV_LOOP=1), `gate_up16` / `qkv16` / `down16` (the gate/up, QKV or resid
 fused up to 16 tokens at every shape, VGRAPH_GEMV_MAX_TOKENS_GATE_UP / _QKV / _RESIDUAL, in place
 of the per-shape table), `all16` (all three), `qkv16_gt2` (qkv16 with attn_gt2), `split_off` /
 `split_all` (above 8 tokens the tensor-core GEMV keeps whole column tiles at every shape /
-splits its launch by tokens at every shape, VGRAPH_MMA_SPLIT_MIB=0 / 1024, where its launcher
-splits small matrices only).
+splits its launch by tokens at every shape, VGRAPH_MMA_SPLIT=0 / 1, where its launcher
+splits small matrices whose split grid fits the GPU).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 
@@ -116,8 +116,8 @@ VARIANT_ENV = {
     "all16": GATE_UP16
     | {"VGRAPH_GEMV_MAX_TOKENS_QKV": "16", "VGRAPH_GEMV_MAX_TOKENS_RESIDUAL": "16"},
     "qkv16_gt2": {"VGRAPH_GEMV_MAX_TOKENS_QKV": "16", "VGRAPH_ATTN_GROUP_HEADS": "2"},
-    "split_off": {"VGRAPH_MMA_SPLIT_MIB": "0"},
-    "split_all": {"VGRAPH_MMA_SPLIT_MIB": "1024"},
+    "split_off": {"VGRAPH_MMA_SPLIT": "0"},
+    "split_all": {"VGRAPH_MMA_SPLIT": "1"},
 }
 
 

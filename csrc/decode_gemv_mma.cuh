@@ -258,6 +258,14 @@ inline int mma_warps(int num_tiles, int num_chunks) {
   return w;
 }
 
+// Dynamic shared memory of a CTA of NT column tiles and `warps` warps: the partial tiles, the norm
+// weight.
+template <typename T, Epilogue E>
+size_t mma_smem(const GemvArgs<T>& a, int nt, int warps) {
+  return static_cast<size_t>(warps) * nt * 4 * 32 * sizeof(float) +
+         (has_norm(E) ? static_cast<size_t>(a.K) * sizeof(T) : 0);
+}
+
 template <typename T, Epilogue E>
 int mma_tiles(const GemvArgs<T>& a) {
   if constexpr (E == Epilogue::kSiluMul) return a.N / 2 / 8;
@@ -265,27 +273,37 @@ int mma_tiles(const GemvArgs<T>& a) {
   return (a.N + kMmaRows - 1) / kMmaRows;
 }
 
-// Whether a launch over more than 8 tokens runs CTAs of 8 tokens each (grid rows of one column
-// tile, NT = 1) instead of CTAs of 2 or 4 column tiles: for matrices of at most kMmaSplitMib MiB,
-// whose weights the extra CTA rows read again in a fraction of a kernel's fixed cost, while a CTA
-// of one column tile has the shorter critical path (half the accumulators, partials and stores;
-// 2026-12-02-h200-mma16: SmolLM2-135M's ops at 16 tokens cost 1.0-1.7 us more than at 8). Each
+// Whether a launch over more than 8 tokens runs CTAs of 8 tokens each (a grid row of CTAs of one
+// column tile, NT = 1, per 8 tokens) instead of CTAs of 2 or 4 column tiles: for a matrix of at
+// most kMmaSplitMib MiB, whose weights the extra rows read again in a fraction of a kernel's fixed
+// cost, where the split grid still fits the GPU at once. A CTA of one column tile has the shorter
+// critical path (half the accumulators, partials and stores). Measured on an H200 at 16 tokens
+// (2026-12-03-h200-mma-rows, call 3), per call: SmolLM2-135M's QKV 3.76 against 4.86 us, o 2.44
+// against 3.25, down 2.70 against 3.53, Qwen3-0.6B's o 3.73 against 3.87; its gate/up, whose split
+// grid takes two waves, 7.35 against 5.41; Llama-3.2-1B's matrices (8-64 MiB) lose 2-14 us. Each
 // token's sums are the same either way (mma columns are independent; the warps split K alike):
-// bit-equal. VGRAPH_MMA_SPLIT_MIB=n replaces kMmaSplitMib (0: never split; comparisons, read at
-// each launch, so a graph keeps what it was captured with).
+// bit-equal. VGRAPH_MMA_SPLIT=0 / 1 never / always splits (comparisons; read at each launch, so a
+// graph keeps what it was captured with).
 constexpr int kMmaSplitMib = 4;
-inline bool mma_split(int64_t weight_bytes) {
-  return weight_bytes <= (static_cast<int64_t>(env_int("VGRAPH_MMA_SPLIT_MIB", kMmaSplitMib, 0,
-                                                       1024))
-                          << 20);
+template <typename T, Epilogue E>
+bool mma_split(const GemvArgs<T>& a, int tiles, int warps, size_t smem) {
+  const int force = env_int("VGRAPH_MMA_SPLIT", -1, 0, 1);  // -1: the rule
+  if (force >= 0) return force == 1;
+  if (static_cast<int64_t>(a.N) * a.K * sizeof(T) > (static_cast<int64_t>(kMmaSplitMib) << 20)) {
+    return false;
+  }
+  int fit = 0;  // CTAs of one column tile an SM holds
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &fit, gemv_mma_kernel<T, 1, E>, warps * 32, smem));
+  return static_cast<int64_t>(tiles) * ((a.num_tokens + 7) / 8) <=
+         static_cast<int64_t>(fit) * num_sms();
 }
 
+// The launch of `slices` grid rows of CTAs of NT column tiles (more than one row: NT = 1).
 template <typename T, int NT, Epilogue E>
 void launch_mma_nt(const GemvArgs<T>& a, int slices, cudaStream_t stream) {
   const int tiles = mma_tiles<T, E>(a), warps = mma_warps(tiles, a.K / kMmaK);
-  constexpr bool kNorm = has_norm(E);
-  const size_t smem = static_cast<size_t>(warps) * NT * 4 * 32 * sizeof(float) +
-                      (kNorm ? static_cast<size_t>(a.K) * sizeof(T) : 0);
+  const size_t smem = mma_smem<T, E>(a, NT, warps);
   if (smem > 40 * 1024) {  // near the 48 KiB default (static smem counts too): opt in
     C10_CUDA_CHECK(cudaFuncSetAttribute(gemv_mma_kernel<T, NT, E>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -307,7 +325,8 @@ void launch_gemv_mma(const GemvArgs<T>& a, cudaStream_t stream) {
   const bool forced_nt = nt != nullptr && nt[0] != '\0';
   if (forced_nt) m = std::max(m, 8 * std::atoi(nt) - 7);
   if (m <= 8) return launch_mma_nt<T, 1, E>(a, 1, stream);
-  if (!forced_nt && mma_split(static_cast<int64_t>(a.N) * a.K * sizeof(T))) {
+  const int tiles = mma_tiles<T, E>(a), warps = mma_warps(tiles, a.K / kMmaK);
+  if (!forced_nt && mma_split<T, E>(a, tiles, warps, mma_smem<T, E>(a, 1, warps))) {
     return launch_mma_nt<T, 1, E>(a, (a.num_tokens + 7) / 8, stream);
   }
   if (m <= 16) return launch_mma_nt<T, 2, E>(a, 1, stream);

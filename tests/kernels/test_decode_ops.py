@@ -294,22 +294,23 @@ def test_gemv_switches_reject_bad_values(
 def test_mma_split_by_tokens_is_bit_equal(
     shape: str, num_tokens: int, device: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Above 8 tokens the tensor-core kernel runs a small matrix as CTAs of 8 tokens each, a grid
-    row per 8 (VGRAPH_MMA_SPLIT_MIB sets what counts as small: 0 nothing, 1024 everything), else
-    CTAs of 2 or 4 column tiles: every op writes the same bits either way (the odd shape keeps the
-    CUDA-core kernel, whose bits the switch must not change either)."""
+    """Above 8 tokens the tensor-core kernel may run a launch as CTAs of 8 tokens each, a grid row
+    per 8 (VGRAPH_MMA_SPLIT=1 always, 0 never, "" where its launcher picks: small matrices whose
+    split grid fits the GPU), else CTAs of 2 or 4 column tiles: every op writes the same bits
+    either way (the odd shape keeps the CUDA-core kernel, whose bits the switch must not change
+    either)."""
     monkeypatch.setenv("VGRAPH_GEMV", "mma")
     c = Case(shape, num_tokens, torch.bfloat16, device)
-    monkeypatch.setenv("VGRAPH_MMA_SPLIT_MIB", "0")
+    monkeypatch.setenv("VGRAPH_MMA_SPLIT", "0")
     whole = [run(32) for run in path_runs(c)]
-    for mib in ("", "1024"):
-        monkeypatch.setenv("VGRAPH_MMA_SPLIT_MIB", mib)
+    for split in ("", "1"):
+        monkeypatch.setenv("VGRAPH_MMA_SPLIT", split)
         for got, want in zip([run(32) for run in path_runs(c)], whole):
             torch.testing.assert_close(got, want, rtol=0, atol=0)
     if shape == "odd":
         return
-    monkeypatch.setenv("VGRAPH_MMA_SPLIT_MIB", "1025")
-    with pytest.raises(RuntimeError, match="VGRAPH_MMA_SPLIT_MIB must be an integer in"):
+    monkeypatch.setenv("VGRAPH_MMA_SPLIT", "2")
+    with pytest.raises(RuntimeError, match="VGRAPH_MMA_SPLIT must be an integer in"):
         run_gate_up(c, 32)
 
 
