@@ -4,6 +4,13 @@
 // its buffers. Nothing reads device data on the host. 16-byte vectors when the row width, strides
 // and pointers allow (VEC = 16 / sizeof(dtype)), else scalars. float32 math, rounded to the dtype at
 // the same points as the torch code they replace (twin: layers_cpu.cpp).
+//
+// Programmatic dependent launch (pdl.cuh): each kernel lets the next one start at once and waits
+// for the previous one before its first load, so a PDL kernel after it (attention after the rope
+// kernel, a fused GEMV after a norm kernel) runs its independent prologue while it does, and it
+// starts behind a PDL kernel that triggers early (the norm kernel after the fused O projection)
+// without a full kernel boundary. VGRAPH_PDL_LAYERS=0 launches them plainly (comparisons; read at
+// each launch, so a graph keeps what it was captured with).
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -14,8 +21,10 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "common.h"
 #include "layers.h"
 #include "layers_common.h"
+#include "pdl.cuh"
 
 namespace vgraph {
 namespace {
@@ -58,6 +67,26 @@ int threads_for(int64_t work, int max_threads) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// kernel<<<grid, block, 0, stream>>>(args...), with programmatic stream serialization unless
+// VGRAPH_PDL_LAYERS=0 (the kernel begins with pdl_prologue()).
+template <typename... Params, typename... Args>
+void launch_layer_kernel(void (*kernel)(Params...), int64_t grid, int block, cudaStream_t stream,
+                         Args... args) {
+  cudaLaunchAttribute attr[1];
+  cudaLaunchConfig_t cfg = pdl::launch_config(dim3(static_cast<unsigned>(grid)), dim3(block), 0,
+                                              stream, attr);
+  if (env_int("VGRAPH_PDL_LAYERS", 1, 0, 1) == 0) cfg.numAttrs = 0;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...));
+}
+
+// The first statement of every kernel here: the next kernel may start (its prologue reads
+// nothing this one writes), and nothing below runs before the previous kernel's writes are
+// visible, nor writes what it may still read.
+__device__ __forceinline__ void pdl_prologue() {
+  pdl::launch_dependents();
+  pdl::wait();
+}
+
 // ---- rms_norm / fused_add_rms_norm ------------------------------------------------------------
 // ADD = false: out = weight * (x * inv_rms).to(dtype), x = input.
 // ADD = true:  residual = (input + residual).to(dtype); input = weight * (r * inv_rms).to(dtype).
@@ -70,6 +99,7 @@ __global__ void rms_norm_kernel(
     scalar_t* residual,                   // [num_tokens, hidden]; nullptr unless ADD
     const scalar_t* __restrict__ weight,  // [hidden]
     int64_t out_stride, int64_t in_stride, int64_t res_stride, int hidden, float eps) {
+  pdl_prologue();
   using vec_t = Vec<scalar_t, VEC>;
   const int64_t t = blockIdx.x;
   const int num_vecs = hidden / VEC;
@@ -127,10 +157,10 @@ void launch_rms_norm(at::Tensor& out, const at::Tensor& input, at::Tensor* resid
                             aligned16(out.data_ptr()) && aligned16(input.data_ptr()) &&
                             aligned16(weight.data_ptr()) && (!ADD || aligned16(res_ptr));
     auto launch = [&](auto kernel, int vec) {
-      kernel<<<num_tokens, threads_for(hidden / vec, 1024), 0, stream>>>(
-          out.data_ptr<scalar_t>(), input.data_ptr<scalar_t>(), res_ptr,
-          weight.data_ptr<scalar_t>(), out.stride(0), input.stride(0), res_stride, hidden,
-          static_cast<float>(eps));
+      launch_layer_kernel(kernel, num_tokens, threads_for(hidden / vec, 1024), stream,
+                          out.data_ptr<scalar_t>(), input.data_ptr<scalar_t>(), res_ptr,
+                          weight.data_ptr<scalar_t>(), out.stride(0), input.stride(0), res_stride,
+                          hidden, static_cast<float>(eps));
     };
     if (vectorized) {
       launch(rms_norm_kernel<scalar_t, kVec, ADD>, kVec);
@@ -138,7 +168,6 @@ void launch_rms_norm(at::Tensor& out, const at::Tensor& input, at::Tensor* resid
       launch(rms_norm_kernel<scalar_t, 1, ADD>, 1);
     }
   });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 void rms_norm_cuda(at::Tensor& out, const at::Tensor& input, const at::Tensor& weight, double eps) {
@@ -176,6 +205,7 @@ __global__ void rotary_embedding_kernel(
     const float* __restrict__ cos_sin_cache,  // [max_position, rot_dim]: cos | sin
     int64_t q_stride, int64_t k_stride, int rot_dim, int head_size, int num_heads,
     int num_kv_heads, int max_position) {
+  pdl_prologue();
   using vec_t = Vec<scalar_t, VEC>;
   const int64_t t = blockIdx.x;
   const int64_t pos = static_cast<int64_t>(positions[t]);
@@ -225,11 +255,11 @@ void rotary_embedding_cuda(const at::Tensor& positions, at::Tensor& query, at::T
                             aligned16(cos_sin_cache.data_ptr());
     auto launch = [&](auto kernel, int vec, auto* pos) {
       const int64_t items = (num_heads + num_kv_heads) * (half / vec);
-      kernel<<<num_tokens, threads_for(items, 512), 0, stream>>>(
-          pos, query.data_ptr<scalar_t>(), key.data_ptr<scalar_t>(),
-          cos_sin_cache.data_ptr<float>(), query.stride(0), key.stride(0),
-          static_cast<int>(rot_dim), static_cast<int>(head_size), num_heads, num_kv_heads,
-          static_cast<int>(cos_sin_cache.size(0)));
+      launch_layer_kernel(kernel, num_tokens, threads_for(items, 512), stream, pos,
+                          query.data_ptr<scalar_t>(), key.data_ptr<scalar_t>(),
+                          cos_sin_cache.data_ptr<float>(), query.stride(0), key.stride(0),
+                          static_cast<int>(rot_dim), static_cast<int>(head_size), num_heads,
+                          num_kv_heads, static_cast<int>(cos_sin_cache.size(0)));
     };
     auto dispatch_vec = [&](auto* pos) {
       using pos_t = std::remove_const_t<std::remove_pointer_t<decltype(pos)>>;
@@ -245,7 +275,6 @@ void rotary_embedding_cuda(const at::Tensor& positions, at::Tensor& query, at::T
       dispatch_vec(positions.data_ptr<int32_t>());
     }
   });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 // ---- silu_and_mul -----------------------------------------------------------------------------
@@ -255,6 +284,7 @@ __global__ void silu_and_mul_kernel(
     scalar_t* __restrict__ out,          // [num_tokens, d] (row stride out_stride)
     const scalar_t* __restrict__ input,  // [num_tokens, 2 * d]: gate | up (row stride in_stride)
     int64_t out_stride, int64_t in_stride, int d) {
+  pdl_prologue();
   using vec_t = Vec<scalar_t, VEC>;
   const int64_t t = blockIdx.x;
   const vec_t* gate = reinterpret_cast<const vec_t*>(input + t * in_stride);
@@ -286,8 +316,9 @@ void silu_and_mul_cuda(at::Tensor& out, const at::Tensor& input) {
                             out.stride(0) % kVec == 0 && aligned16(input.data_ptr()) &&
                             aligned16(out.data_ptr());
     auto launch = [&](auto kernel, int vec) {
-      kernel<<<num_tokens, threads_for(d / vec, 1024), 0, stream>>>(
-          out.data_ptr<scalar_t>(), input.data_ptr<scalar_t>(), out.stride(0), input.stride(0), d);
+      launch_layer_kernel(kernel, num_tokens, threads_for(d / vec, 1024), stream,
+                          out.data_ptr<scalar_t>(), input.data_ptr<scalar_t>(), out.stride(0),
+                          input.stride(0), d);
     };
     if (vectorized) {
       launch(silu_and_mul_kernel<scalar_t, kVec>, kVec);
@@ -295,7 +326,6 @@ void silu_and_mul_cuda(at::Tensor& out, const at::Tensor& input) {
       launch(silu_and_mul_kernel<scalar_t, 1>, 1);
     }
   });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace

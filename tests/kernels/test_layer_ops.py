@@ -185,8 +185,14 @@ def test_cpu_tensors_keep_the_torch_code() -> None:
 
 
 @pytest.mark.parametrize("device", [CUDA])
-def test_cuda_graph_replay_with_new_inputs(device: str) -> None:
-    """One captured graph of all four ops stays correct when its input buffers change."""
+@pytest.mark.parametrize("pdl_layers", ["", "0"], ids=["pdl", "plain"])
+def test_cuda_graph_replay_with_new_inputs(
+    device: str, pdl_layers: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One captured graph of all four ops stays correct when its input buffers change: each reads
+    what the one before wrote, launched with programmatic stream serialization (the default) or
+    plainly (VGRAPH_PDL_LAYERS=0)."""
+    monkeypatch.setenv("VGRAPH_PDL_LAYERS", pdl_layers)
     dtype, hidden, head_dim, num_tokens = torch.bfloat16, 576, 64, 5
     norm, rope, act = make_norm(hidden, dtype, device), make_rope(head_dim, device), SiluAndMul()
     act._fused = False
@@ -231,3 +237,11 @@ def test_cuda_graph_replay_with_new_inputs(device: str) -> None:
         torch.cuda.synchronize()
         for got, ref in zip((normed, x, residual, act_out), want):
             check_close(got, ref)
+
+
+@pytest.mark.parametrize("device", [CUDA])
+def test_cuda_pdl_switch_rejects_bad_values(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    x = rand(2, 64, dtype=torch.bfloat16, device=device, seed=1)
+    monkeypatch.setenv("VGRAPH_PDL_LAYERS", "2")
+    with pytest.raises(RuntimeError, match="VGRAPH_PDL_LAYERS must be an integer in"):
+        OPS.rms_norm(torch.empty_like(x), x, torch.ones(64, dtype=x.dtype, device=device), 1e-5)
