@@ -4,7 +4,7 @@
 //
 // Tiling. A CTA owns 16 output rows: tile rows i < 8 and their partners i + 8 (gate row j and up
 // row j; rotate-half partners j and j + head_size / 2; 16 consecutive rows for the plain
-// epilogues), so each thread's accumulator holds both halves of its pairs. Its W warps (4, 8 or 16,
+// epilogues), so each thread's accumulator holds both halves of its pairs. Its W warps (4 to 16,
 // from the tile count and K: mma_warps) split K in chunks of kMmaK = 64 (warp w takes chunks w, w +
 // W, ...); a chunk is four mma.sync.m16n8k16 steps per 8 tokens. The dot product does not care in
 // which order k runs, so lane (g = lane / 4, q = lane % 4) loads the 16-byte vectors v = 0, 1 at k
@@ -251,11 +251,17 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
 
 // Warps per CTA, 4 to 16: more while each warp still has more chunks than its preload and the grid
 // stays within 16 warps per SM (a 2048-row down projection has 128 tiles: 16 warps; a gate/up
-// projection of 1024 tiles keeps 4, several CTAs per SM streaming for longer).
+// projection of 1024 tiles keeps 4, several CTAs per SM streaming for longer). Then as few as give
+// no warp more chunks than that (K = 576, 9 chunks: 5 warps rather than 8, two chunks for the
+// busiest either way), so more CTAs fit an SM and fewer partial tiles are added up:
+// SmolLM2-135M's gate/up then fits its token-split grid at once (mma_split). VGRAPH_MMA_TRIM=0
+// keeps the power of two (comparisons; read at each launch).
 inline int mma_warps(int num_tiles, int num_chunks) {
   int w = 4;
   while (w < 16 && w * kMmaPreload < num_chunks && num_tiles * 2 * w <= 16 * num_sms()) w *= 2;
-  return w;
+  if (env_int("VGRAPH_MMA_TRIM", 1, 0, 1) == 0 || num_chunks <= 0) return w;
+  const int per_warp = (num_chunks + w - 1) / w;
+  return std::max(4, (num_chunks + per_warp - 1) / per_warp);
 }
 
 // Dynamic shared memory of a CTA of NT column tiles and `warps` warps: the partial tiles, the norm
