@@ -27,7 +27,11 @@ fused up to 16 tokens at every shape, VGRAPH_GEMV_MAX_TOKENS_GATE_UP / _QKV / _R
 of the per-shape table), `all16` (all three), `qkv16_gt2` (qkv16 with attn_gt2), `split_off` /
 `split_all` (above 8 tokens the tensor-core GEMV keeps whole column tiles at every shape /
 splits its launch by tokens at every shape, VGRAPH_MMA_SPLIT=0 / 1, where its launcher
-splits small matrices whose split grid fits the GPU).
+splits small matrices whose split grid fits the GPU), `early_off` (attention issues before its
+wait only the pipeline stages no step position falls in, VGRAPH_ATTN_EARLY=0), `pdl_layers_off`
+(the norm, rope and silu kernels launched without programmatic stream serialization,
+VGRAPH_PDL_LAYERS=0), `trim_off` (the tensor-core GEMV's warps a power of two, VGRAPH_MMA_TRIM=0),
+`tenth_off` (all three: the decode path before 2026-12-03's tenth pass).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 
@@ -90,6 +94,10 @@ VARIANTS = (
     "qkv16_gt2",
     "split_off",
     "split_all",
+    "early_off",
+    "pdl_layers_off",
+    "trim_off",
+    "tenth_off",
 )
 GATE_UP16 = {"VGRAPH_GEMV_MAX_TOKENS_GATE_UP": "16"}
 # Switches the csrc ops read at each launch (so at capture): the variant's, while it starts.
@@ -118,6 +126,10 @@ VARIANT_ENV = {
     "qkv16_gt2": {"VGRAPH_GEMV_MAX_TOKENS_QKV": "16", "VGRAPH_ATTN_GROUP_HEADS": "2"},
     "split_off": {"VGRAPH_MMA_SPLIT": "0"},
     "split_all": {"VGRAPH_MMA_SPLIT": "1"},
+    "early_off": {"VGRAPH_ATTN_EARLY": "0"},
+    "pdl_layers_off": {"VGRAPH_PDL_LAYERS": "0"},
+    "trim_off": {"VGRAPH_MMA_TRIM": "0"},
+    "tenth_off": {"VGRAPH_ATTN_EARLY": "0", "VGRAPH_PDL_LAYERS": "0", "VGRAPH_MMA_TRIM": "0"},
 }
 
 

@@ -18,7 +18,9 @@ pytestmark = [
 ]
 
 
-def run(name: str, mode: str) -> tuple[list[list[int]], list, list[tuple[bool, bool]]]:
+def run(
+    name: str, mode: str, num_requests: int
+) -> tuple[list[list[int]], list, list[tuple[bool, bool]]]:
     llm = LLM(
         name,
         load_format="dummy",
@@ -32,7 +34,7 @@ def run(name: str, mode: str) -> tuple[list[list[int]], list, list[tuple[bool, b
             "use_inductor": False,  # Inductor over the fused ops: tests/gpu/test_engine_gpu.py
         },
     )
-    prompts = [list(range(1 + i, 30 + 7 * i)) for i in range(5)]  # 5 requests: batch 5 -> 8
+    prompts = [list(range(1 + i, 30 + 7 * i)) for i in range(num_requests)]
     params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=1)
     outs = llm.generate(prompts, params, use_tqdm=False)
     model = llm.engine.client.core.runner.model
@@ -44,10 +46,13 @@ def run(name: str, mode: str) -> tuple[list[list[int]], list, list[tuple[bool, b
     return result
 
 
+# 5 requests: batch 8 (the fused kernels); 13: batch 16 (the token-split tensor-core kernels,
+# Llama-3.2-1B's unfused QKV and gate/up: norm, rope and silu kernels between cuBLAS and attention)
+@pytest.mark.parametrize("num_requests", [5, 13])
 @pytest.mark.parametrize("name", ["SmolLM2-135M", "Llama-3.2-1B", "Qwen3-0.6B"])
-def test_full_equals_none_on_the_fused_path(name: str) -> None:
-    tokens_none, lps_none, fused_none = run(name, "NONE")
-    tokens_full, lps_full, fused_full = run(name, "FULL")
+def test_full_equals_none_on_the_fused_path(name: str, num_requests: int) -> None:
+    tokens_none, lps_none, fused_none = run(name, "NONE", num_requests)
+    tokens_full, lps_full, fused_full = run(name, "FULL", num_requests)
     assert fused_none == [(True, True)] and fused_full == [(True, True)]
     assert tokens_full == tokens_none
     for steps_none, steps_full in zip(lps_none, lps_full):
