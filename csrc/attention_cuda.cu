@@ -15,12 +15,9 @@
 // instead of a cache-write kernel and an attention kernel.
 //
 // Programmatic dependent launch: metadata lookups (request, lengths, block ids) and the first
-// pipeline stages' copies of positions cached by earlier steps run before `griddepcontrol.wait`,
-// which lets them overlap the previous kernel (the QKV projection); the query and the step's K/V
-// are read after it, the step's positions of those first stages by plain loads into their slots
-// (fix_up), so a decode token's whole context but its own position streams ahead of the wait.
-// VGRAPH_ATTN_EARLY=0 (comparisons) issues before the wait only the stages no step position falls
-// in, as before 2026-12-03.
+// pipeline stages over positions cached by earlier steps run before `griddepcontrol.wait`, which
+// lets them overlap the previous kernel (the QKV projection); the query and the step's K/V are
+// read after it.
 //
 // CUDA graphs: the grid depends only on num_tokens, num_heads and the static sizes of the buffers
 // (block_table width, SM count). Every length, request boundary and block id is read on the device;
@@ -84,7 +81,6 @@ struct AttnParams {
   int num_heads, num_kv_heads, num_reqs, max_blocks, log2_block_size, num_parts, group;
   int min_chunk;                 // smallest partition, in positions (min_chunk())
   int one_part;                  // a context of at most this many positions is not split
-  int early_rows;                // stages before the wait may hold this step's positions (fix_up)
   float scale_log2;              // softmax scale * log2(e): scores live in log2 units
 };
 
@@ -398,77 +394,45 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
     const int pos0 = start + iter * TPI + tl * U;
     return iter < num_iters && pos0 < end ? bt[pos0 >> p.log2_block_size] : 0;
   };
-  // Where position pos of this lane's slice is read: one of this step's K/V rows for a position the
-  // step appends, else the cache at slot offset `off`.
-  auto source = [&](int pos, int64_t off, const scalar_t*& ks, const scalar_t*& vs) {
-    if (from_rows && pos >= ctx_old) {
-      const int64_t row = q_start + (pos - ctx_old);  // in [q_start, t]
-      ks = kr + row * p.k_tok_stride, vs = vr + row * p.v_tok_stride;
-    } else {
-      ks = kc + off, vs = vc + off;
-    }
-  };
-  auto slot_of = [&](int iter) { return stage_buf + (iter % kStages) * U * 2 * kThreads + tid; };
-  auto offset_of = [&](int blk, int pos0) {
-    return static_cast<int64_t>(blk) * blk_stride +
-           static_cast<int64_t>(pos0 & bs_mask) * tok_stride;
-  };
-  // cached_only: this step's positions are left out (issued before the wait; fix_up loads them).
-  auto issue = [&](int iter, int blk, bool cached_only) {
+  auto issue = [&](int iter, int blk) {
     if (iter < num_iters) {
       const int pos0 = start + iter * TPI + tl * U;
-      uint4* slot = slot_of(iter);
-      const int64_t off = offset_of(blk, pos0);
+      uint4* slot = stage_buf + (iter % kStages) * U * 2 * kThreads + tid;
+      const int64_t off = static_cast<int64_t>(blk) * blk_stride +
+                          static_cast<int64_t>(pos0 & bs_mask) * tok_stride;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int pos = pos0 + u;
         const bool valid = pos < end;
-        if (cached_only && valid && pos >= ctx_old) continue;
         const scalar_t* ks = kc;
         const scalar_t* vs = vc;
-        if (valid) source(pos, off + u * tok_stride, ks, vs);
-        cp_async16(slot + (2 * u) * kThreads, ks, valid);
-        cp_async16(slot + (2 * u + 1) * kThreads, vs, valid);
+        int64_t ko = 0, vo = 0;
+        if (valid && from_rows && pos >= ctx_old) {
+          const int64_t row = q_start + (pos - ctx_old);  // in [q_start, t]
+          ks = kr, vs = vr, ko = row * p.k_tok_stride, vo = row * p.v_tok_stride;
+        } else if (valid) {
+          ko = vo = off + u * tok_stride;
+        }
+        cp_async16(slot + (2 * u) * kThreads, ks + ko, valid);
+        cp_async16(slot + (2 * u + 1) * kThreads, vs + vo, valid);
       }
     }
     cp_async_commit();  // an empty group past the end keeps the group count uniform
   };
-  // After the wait: the positions of this step that issue(iter, blk, true) left out, loaded into
-  // their slots by this thread (which alone reads them: no barrier).
-  auto fix_up = [&](int iter, int blk) {
-    const int pos0 = start + iter * TPI + tl * U;
-    if (iter >= num_iters || pos0 + U <= ctx_old) return;
-    uint4* slot = slot_of(iter);
-    const int64_t off = offset_of(blk, pos0);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int pos = pos0 + u;
-      if (pos < ctx_old || pos >= end) continue;
-      const scalar_t* ks;
-      const scalar_t* vs;
-      source(pos, off + u * tok_stride, ks, vs);
-      slot[(2 * u) * kThreads] = *reinterpret_cast<const uint4*>(ks);
-      slot[(2 * u + 1) * kThreads] = *reinterpret_cast<const uint4*>(vs);
-    }
-  };
 
-  // The pipeline's leading stages that hold positions cached by earlier steps are issued before
-  // the wait, those positions only, overlapping the previous kernel's tail. (Positions from this
-  // step, in the cache or in the K/V rows, are written by the previous kernels: after the wait.)
-  // early_rows = 0: only stages of cached positions alone are (the rule before 2026-12-03).
+  // The pipeline's leading stages that read only positions cached by earlier steps are issued
+  // before the wait, overlapping the previous kernel's tail. (Positions from this step, in the
+  // cache or in the K/V rows, are written by the previous kernels: after the wait.)
   int blk[kStages];
 #pragma unroll
   for (int s = 0; s < kStages; ++s) blk[s] = block_of(s);  // independent loads, one round trip
   int early = 0;  // stages issued before the wait
-  const int cached_end = min(end, ctx_old);
-  while (used > 0 && early < kStages - 1 &&
-         (p.early_rows ? start + early * TPI < cached_end
-                       : min(end, start + (early + 1) * TPI) <= ctx_old)) {
+  while (used > 0 && early < kStages - 1 && min(end, start + (early + 1) * TPI) <= ctx_old) {
     ++early;
   }
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < early) issue(s, blk[s], true);
+    if (s < early) issue(s, blk[s]);
   }
   pdl::launch_dependents();
   pdl::wait();  // below: the query and this step's K/V, written by the previous kernel
@@ -478,7 +442,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
   // no CTA of this launch reads that slot (the step's own positions are read from the rows).
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s >= early) issue(s, blk[s], false);
+    if (s >= early) issue(s, blk[s]);
   }
   const bool appends = p.key != nullptr && part == 0 && h0 == kvh * p.group;
   const KvRow kv_row = appends ? load_kv_row<scalar_t, HEAD_DIM>(p, t, kvh) : KvRow{};
@@ -504,10 +468,6 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
         q[g][v] = static_cast<float>(qp[(h0 + g) * p.q_head_stride + v]) * p.scale_log2;
   }
 
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < early) fix_up(s, blk[s]);  // with the query's loads in flight
-  }
   if (kv_row.dst != nullptr) *kv_row.dst = kv_row.data;  // after the query's loads are issued
 
   // Softmax state per token lane: running max m (log2 units), sum l, unnormalised acc.
@@ -523,7 +483,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
 
   for (int iter = 0; iter < num_iters; ++iter) {
     cp_async_wait<kStages - 2>();          // this iteration's group has landed
-    issue(iter + kStages - 1, next_blk, false);  // refills the stage the last iteration used
+    issue(iter + kStages - 1, next_blk);   // refills the stage consumed by the previous iteration
     next_blk = block_of(iter + kStages);
     const uint4* slot = stage_buf + (iter % kStages) * U * 2 * kThreads + tid;
     const int pos0 = start + iter * TPI + tl * U;
@@ -828,7 +788,6 @@ void paged_attention_cuda(at::Tensor& out, const at::Tensor& query, at::Tensor& 
   p.group = static_cast<int>(s.num_heads / s.num_kv_heads);
   p.scale_log2 = static_cast<float>(scale) * 1.4426950408889634f;
   p.min_chunk = min_chunk();
-  p.early_rows = env_int("VGRAPH_ATTN_EARLY", 1, 0, 1);
   if (fused_append) {
     p.key = key->data_ptr();
     p.value = value->data_ptr();

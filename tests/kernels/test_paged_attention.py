@@ -341,41 +341,12 @@ def test_cuda_group_heads_and_one_part_switches(
     not (torch.cuda.is_available() and has_cuda_kernels()),
     reason="needs a GPU and a CUDA build of vgraph._C",
 )
-@APPEND
-@pytest.mark.parametrize(("kind", "head_dim"), [("decode", 64), ("mixed", 128), ("prefill", 64)])
-def test_cuda_early_stages_are_bit_equal(
-    monkeypatch, kind: str, head_dim: int, append: bool
-) -> None:
-    """The first pipeline stages copied before the wait with this step's positions left out and
-    loaded after it (VGRAPH_ATTN_EARLY=1, the default) write the same bits as issuing before the
-    wait only the stages no step position falls in (=0), and the reference's rows; contexts end
-    on either side of the stage boundaries (64 positions a stage at head_dim 64, 32 at 128)."""
-    reqs = BATCHES[kind] + [(1, 63), (1, 65), (1, 128), (1, 129), (2, 130), (1, 200)]
-    rows = {}
-    for early in ("0", "1"):
-        monkeypatch.setenv("VGRAPH_ATTN_EARLY", early)
-        b = make_batch(reqs, 4, head_dim, 16, torch.bfloat16, "cuda", seed=head_dim)
-        kv_ref = b.kv_cache.clone()
-        out = torch.full_like(b.query, float("nan"))
-        run_op(b, out, append=append)
-        check(out, run_ref(b, kv_ref), b.pad_rows)
-        assert torch.equal(b.kv_cache, kv_ref), "the cache write differs from the reference"
-        rows[early] = out
-    torch.testing.assert_close(rows["1"], rows["0"], rtol=0, atol=0)
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(
-    not (torch.cuda.is_available() and has_cuda_kernels()),
-    reason="needs a GPU and a CUDA build of vgraph._C",
-)
 @pytest.mark.parametrize(
     ("name", "value"),
     [
         ("VGRAPH_ATTN_GROUP_HEADS", "0"),
         ("VGRAPH_ATTN_ONE_PART_ITERS", "x"),
         ("VGRAPH_ATTN_MIN_CHUNK", "24"),
-        ("VGRAPH_ATTN_EARLY", "2"),
     ],
 )
 def test_cuda_switches_reject_bad_values(monkeypatch, name: str, value: str) -> None:
