@@ -27,11 +27,13 @@ fused up to 16 tokens at every shape, VGRAPH_GEMV_MAX_TOKENS_GATE_UP / _QKV / _R
 of the per-shape table), `all16` (all three), `qkv16_gt2` (qkv16 with attn_gt2), `split_off` /
 `split_all` (above 8 tokens the tensor-core GEMV keeps whole column tiles at every shape /
 splits its launch by tokens at every shape, VGRAPH_MMA_SPLIT=0 / 1, where its launcher
-splits small matrices whose split grid fits the GPU), `early_off` (attention issues before its
-wait only the pipeline stages no step position falls in, VGRAPH_ATTN_EARLY=0), `pdl_layers_off`
-(the norm, rope and silu kernels launched without programmatic stream serialization,
-VGRAPH_PDL_LAYERS=0), `trim_off` (the tensor-core GEMV's warps a power of two, VGRAPH_MMA_TRIM=0),
-`tenth_off` (all three: the decode path before 2026-12-03's tenth pass).
+splits small matrices whose split grid fits the GPU), `pdl_layers_off` (the norm, rope and
+silu kernels launched without programmatic stream serialization, VGRAPH_PDL_LAYERS=0),
+`trim_off` / `trim_all` (the tensor-core GEMV's warps a power of two at every launch / trimmed to
+the fewest that keep the busiest warp's chunks at every launch, VGRAPH_MMA_TRIM=0 / 1, where its
+launcher trims only to fit a token-split grid), `tenth_off` (`pdl_layers_off` and `trim_off`: the
+decode path before 2026-12-03's tenth pass), `blaslt` (torch's GEMMs through cuBLASLt,
+torch.backends.cuda.preferred_blas_library("cublaslt"), instead of cuBLAS).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 
@@ -94,10 +96,11 @@ VARIANTS = (
     "qkv16_gt2",
     "split_off",
     "split_all",
-    "early_off",
     "pdl_layers_off",
     "trim_off",
+    "trim_all",
     "tenth_off",
+    "blaslt",
 )
 GATE_UP16 = {"VGRAPH_GEMV_MAX_TOKENS_GATE_UP": "16"}
 # Switches the csrc ops read at each launch (so at capture): the variant's, while it starts.
@@ -126,10 +129,10 @@ VARIANT_ENV = {
     "qkv16_gt2": {"VGRAPH_GEMV_MAX_TOKENS_QKV": "16", "VGRAPH_ATTN_GROUP_HEADS": "2"},
     "split_off": {"VGRAPH_MMA_SPLIT": "0"},
     "split_all": {"VGRAPH_MMA_SPLIT": "1"},
-    "early_off": {"VGRAPH_ATTN_EARLY": "0"},
     "pdl_layers_off": {"VGRAPH_PDL_LAYERS": "0"},
     "trim_off": {"VGRAPH_MMA_TRIM": "0"},
-    "tenth_off": {"VGRAPH_ATTN_EARLY": "0", "VGRAPH_PDL_LAYERS": "0", "VGRAPH_MMA_TRIM": "0"},
+    "trim_all": {"VGRAPH_MMA_TRIM": "1"},
+    "tenth_off": {"VGRAPH_PDL_LAYERS": "0", "VGRAPH_MMA_TRIM": "0"},
 }
 
 
@@ -151,12 +154,17 @@ def variant_switches(variant: str) -> Iterator[None]:
         ModelRunner.full_graphs_copy_inputs = False
     if variant == "norm_apart":
         LlamaModel.final_norm_in_head = False
+    blas = torch.backends.cuda.preferred_blas_library() if torch.cuda.is_available() else None
+    if variant == "blaslt" and blas is not None:
+        torch.backends.cuda.preferred_blas_library("cublaslt")
     try:
         yield
     finally:
         LlamaModel.use_fused_ops, CsrcAttentionImpl.appends_kv = fused_ops, appends
         ModelRunner.full_graphs_copy_inputs = copy_in_graph
         LlamaModel.final_norm_in_head = norm_in_head
+        if blas is not None:
+            torch.backends.cuda.preferred_blas_library(blas)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
