@@ -4,7 +4,7 @@
 //
 // Tiling. A CTA owns 16 output rows: tile rows i < 8 and their partners i + 8 (gate row j and up
 // row j; rotate-half partners j and j + head_size / 2; 16 consecutive rows for the plain
-// epilogues), so each thread's accumulator holds both halves of its pairs. Its W warps (4 to 16,
+// epilogues), so each thread's accumulator holds both halves of its pairs. Its W warps (4, 8 or 16,
 // from the tile count and K: mma_warps) split K in chunks of kMmaK = 64 (warp w takes chunks w, w +
 // W, ...); a chunk is four mma.sync.m16n8k16 steps per 8 tokens. The dot product does not care in
 // which order k runs, so lane (g = lane / 4, q = lane % 4) loads the 16-byte vectors v = 0, 1 at k
@@ -258,14 +258,6 @@ inline int mma_warps(int num_tiles, int num_chunks) {
   return w;
 }
 
-// The fewest warps (at least 4) that give no warp more of the num_chunks chunks than `warps` do:
-// K = 576, 9 chunks, takes 5 warps rather than 8, two chunks for the busiest either way; a CTA of
-// fewer threads leaves room for more CTAs an SM.
-inline int mma_trimmed_warps(int warps, int num_chunks) {
-  const int per_warp = (num_chunks + warps - 1) / warps;
-  return std::max(4, (num_chunks + per_warp - 1) / per_warp);
-}
-
 // Dynamic shared memory of a CTA of NT column tiles and `warps` warps: the partial tiles, the norm
 // weight.
 template <typename T, Epilogue E>
@@ -294,7 +286,7 @@ int mma_tiles(const GemvArgs<T>& a) {
 // graph keeps what it was captured with).
 constexpr int kMmaSplitMib = 4;
 template <typename T, Epilogue E>
-bool mma_split(const GemvArgs<T>& a, int tiles, int warps) {
+bool mma_split(const GemvArgs<T>& a, int tiles, int warps, size_t smem) {
   const int force = env_int("VGRAPH_MMA_SPLIT", -1, 0, 1);  // -1: the rule
   if (force >= 0) return force == 1;
   if (static_cast<int64_t>(a.N) * a.K * sizeof(T) > (static_cast<int64_t>(kMmaSplitMib) << 20)) {
@@ -302,30 +294,15 @@ bool mma_split(const GemvArgs<T>& a, int tiles, int warps) {
   }
   int fit = 0;  // CTAs of one column tile an SM holds
   C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &fit, gemv_mma_kernel<T, 1, E>, warps * 32, mma_smem<T, E>(a, 1, warps)));
+      &fit, gemv_mma_kernel<T, 1, E>, warps * 32, smem));
   return static_cast<int64_t>(tiles) * ((a.num_tokens + 7) / 8) <=
          static_cast<int64_t>(fit) * num_sms();
 }
 
-// The warps of a launch's CTAs: mma_warps, trimmed (mma_trimmed_warps) where only the trimmed CTAs
-// let the token-split grid fit the GPU (SmolLM2-135M's gate/up at 9-32 tokens: 5 warps instead of
-// 8, the split then applies). VGRAPH_MMA_TRIM=0 / 1 never / always trims (comparisons; read at
-// each launch). Trimming everywhere made SmolLM2-135M's batch-16 step slower on an H200 (0.701
-// against 0.677 ms: attention lost more than the GEMVs gained; 2026-12-03-h200-overlap, call 1).
-template <typename T, Epilogue E>
-int mma_launch_warps(const GemvArgs<T>& a, int tiles, bool splits) {
-  const int warps = mma_warps(tiles, a.K / kMmaK);
-  const int trimmed = mma_trimmed_warps(warps, a.K / kMmaK);
-  const int force = env_int("VGRAPH_MMA_TRIM", -1, 0, 1);  // -1: the rule
-  if (force >= 0) return force == 1 ? trimmed : warps;
-  if (!splits || trimmed == warps || mma_split<T, E>(a, tiles, warps)) return warps;
-  return mma_split<T, E>(a, tiles, trimmed) ? trimmed : warps;
-}
-
 // The launch of `slices` grid rows of CTAs of NT column tiles (more than one row: NT = 1).
 template <typename T, int NT, Epilogue E>
-void launch_mma_nt(const GemvArgs<T>& a, int slices, int warps, cudaStream_t stream) {
-  const int tiles = mma_tiles<T, E>(a);
+void launch_mma_nt(const GemvArgs<T>& a, int slices, cudaStream_t stream) {
+  const int tiles = mma_tiles<T, E>(a), warps = mma_warps(tiles, a.K / kMmaK);
   const size_t smem = mma_smem<T, E>(a, NT, warps);
   if (smem > 40 * 1024) {  // near the 48 KiB default (static smem counts too): opt in
     C10_CUDA_CHECK(cudaFuncSetAttribute(gemv_mma_kernel<T, NT, E>,
@@ -347,14 +324,13 @@ void launch_gemv_mma(const GemvArgs<T>& a, cudaStream_t stream) {
   const char* nt = std::getenv("VGRAPH_MMA_NT");
   const bool forced_nt = nt != nullptr && nt[0] != '\0';
   if (forced_nt) m = std::max(m, 8 * std::atoi(nt) - 7);
-  const int tiles = mma_tiles<T, E>(a);
-  const int warps = mma_launch_warps<T, E>(a, tiles, !forced_nt && m > 8);
-  if (m <= 8) return launch_mma_nt<T, 1, E>(a, 1, warps, stream);
-  if (!forced_nt && mma_split<T, E>(a, tiles, warps)) {
-    return launch_mma_nt<T, 1, E>(a, (a.num_tokens + 7) / 8, warps, stream);
+  if (m <= 8) return launch_mma_nt<T, 1, E>(a, 1, stream);
+  const int tiles = mma_tiles<T, E>(a), warps = mma_warps(tiles, a.K / kMmaK);
+  if (!forced_nt && mma_split<T, E>(a, tiles, warps, mma_smem<T, E>(a, 1, warps))) {
+    return launch_mma_nt<T, 1, E>(a, (a.num_tokens + 7) / 8, stream);
   }
-  if (m <= 16) return launch_mma_nt<T, 2, E>(a, 1, warps, stream);
-  launch_mma_nt<T, 4, E>(a, 1, warps, stream);
+  if (m <= 16) return launch_mma_nt<T, 2, E>(a, 1, stream);
+  launch_mma_nt<T, 4, E>(a, 1, stream);
 }
 
 }  // namespace gemv
