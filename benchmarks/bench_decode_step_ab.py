@@ -29,10 +29,7 @@ of the per-shape table), `all16` (all three), `qkv16_gt2` (qkv16 with attn_gt2),
 splits its launch by tokens at every shape, VGRAPH_MMA_SPLIT=0 / 1, where its launcher
 splits small matrices whose split grid fits the GPU), `pdl_layers_off` (the norm, rope and
 silu kernels launched without programmatic stream serialization, VGRAPH_PDL_LAYERS=0),
-`trim_off` / `trim_all` (the tensor-core GEMV's warps a power of two at every launch / trimmed to
-the fewest that keep the busiest warp's chunks at every launch, VGRAPH_MMA_TRIM=0 / 1, where its
-launcher trims only to fit a token-split grid), `tenth_off` (`pdl_layers_off` and `trim_off`: the
-decode path before 2026-12-03's tenth pass), `blaslt` (torch's GEMMs through cuBLASLt,
+`blaslt` (torch's GEMMs through cuBLASLt,
 torch.backends.cuda.preferred_blas_library("cublaslt"), instead of cuBLAS).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
@@ -97,9 +94,6 @@ VARIANTS = (
     "split_off",
     "split_all",
     "pdl_layers_off",
-    "trim_off",
-    "trim_all",
-    "tenth_off",
     "blaslt",
 )
 GATE_UP16 = {"VGRAPH_GEMV_MAX_TOKENS_GATE_UP": "16"}
@@ -130,9 +124,6 @@ VARIANT_ENV = {
     "split_off": {"VGRAPH_MMA_SPLIT": "0"},
     "split_all": {"VGRAPH_MMA_SPLIT": "1"},
     "pdl_layers_off": {"VGRAPH_PDL_LAYERS": "0"},
-    "trim_off": {"VGRAPH_MMA_TRIM": "0"},
-    "trim_all": {"VGRAPH_MMA_TRIM": "1"},
-    "tenth_off": {"VGRAPH_PDL_LAYERS": "0", "VGRAPH_MMA_TRIM": "0"},
 }
 
 
