@@ -30,7 +30,8 @@ splits its launch by tokens at every shape, VGRAPH_MMA_SPLIT=0 / 1, where its la
 splits small matrices whose split grid fits the GPU), `pdl_layers_off` (the norm, rope and
 silu kernels launched without programmatic stream serialization, VGRAPH_PDL_LAYERS=0),
 `blaslt` (torch's GEMMs through cuBLASLt,
-torch.backends.cuda.preferred_blas_library("cublaslt"), instead of cuBLAS).
+torch.backends.cuda.preferred_blas_library("cublaslt"), instead of cuBLAS), `torch_embedding`
+(the token embedding through F.embedding instead of vgraph_C::embedding).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 
@@ -51,6 +52,7 @@ from pathlib import Path
 
 import torch
 
+import vgraph.layers.vocab_parallel_embedding as vocab_embedding
 from vgraph.attention.csrc_backend import CsrcAttentionImpl
 from vgraph.bench.step import (
     add_cli_args,
@@ -95,6 +97,7 @@ VARIANTS = (
     "split_all",
     "pdl_layers_off",
     "blaslt",
+    "torch_embedding",
 )
 GATE_UP16 = {"VGRAPH_GEMV_MAX_TOKENS_GATE_UP": "16"}
 # Switches the csrc ops read at each launch (so at capture): the variant's, while it starts.
@@ -145,6 +148,9 @@ def variant_switches(variant: str) -> Iterator[None]:
         ModelRunner.full_graphs_copy_inputs = False
     if variant == "norm_apart":
         LlamaModel.final_norm_in_head = False
+    cuda_op = vocab_embedding.use_cuda_op  # the embedding decides at its first call
+    if variant == "torch_embedding":
+        vocab_embedding.use_cuda_op = lambda x, op: False
     blas = torch.backends.cuda.preferred_blas_library() if torch.cuda.is_available() else None
     if variant == "blaslt" and blas is not None:
         torch.backends.cuda.preferred_blas_library("cublaslt")
@@ -154,6 +160,7 @@ def variant_switches(variant: str) -> Iterator[None]:
         LlamaModel.use_fused_ops, CsrcAttentionImpl.appends_kv = fused_ops, appends
         ModelRunner.full_graphs_copy_inputs = copy_in_graph
         LlamaModel.final_norm_in_head = norm_in_head
+        vocab_embedding.use_cuda_op = cuda_op
         if blas is not None:
             torch.backends.cuda.preferred_blas_library(blas)
         for k, v in saved.items():

@@ -46,6 +46,12 @@ TORCH_LIBRARY(vgraph_C, m) {
       "Tensor cos_sin_cache, bool is_neox) -> ()");
   // input: [num_tokens, 2 * d] = gate | up; out: [num_tokens, d] = silu(gate) * up.
   m.def("silu_and_mul(Tensor(a!) out, Tensor input) -> ()");
+  // The token embedding's rows of this rank: ids int64/int32 [num_tokens], each in
+  // [0, vocab_size); weight [rows, hidden]; out [num_tokens, hidden] = weight[id - start] for ids
+  // in [start, end), zeros for the others (another rank's rows under tensor parallelism).
+  m.def(
+      "embedding(Tensor(a!) out, Tensor ids, Tensor weight, int start, int end, int vocab_size) "
+      "-> ()");
 
   // Fused decode ops (decode_cpu.cpp / decode_cuda.cu): a projection with its neighbours fused in.
   // x / hidden: [num_tokens, K], rows may be strided; weight: [N, K] contiguous; 16-bit or float32,

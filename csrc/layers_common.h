@@ -1,5 +1,5 @@
 // Argument checks shared by the CPU and CUDA impls of the fused layer ops (rms_norm,
-// fused_add_rms_norm, rotary_embedding, silu_and_mul), so both devices reject the same mistakes
+// fused_add_rms_norm, rotary_embedding, silu_and_mul, embedding), so both devices reject the same mistakes
 // with the same messages. Host code only: no kernels, no reads of device data.
 #pragma once
 
@@ -102,6 +102,23 @@ inline void check_silu_and_mul(const at::Tensor& out, const at::Tensor& input) {
   TORCH_CHECK(input.size(1) % 2 == 0, "input width ", input.size(1), " must be even (gate | up)");
   TORCH_CHECK(out.size(0) == input.size(0) && out.size(1) == input.size(1) / 2, "out must be [",
               input.size(0), ", ", input.size(1) / 2, "], got ", out.sizes());
+}
+
+inline void check_embedding(const at::Tensor& out, const at::Tensor& ids, const at::Tensor& weight,
+                            int64_t start, int64_t end, int64_t vocab_size) {
+  check_float_dtype(weight, "weight");
+  TORCH_CHECK(weight.dim() == 2 && weight.is_contiguous(), "weight must be a contiguous [rows, "
+              "hidden] table, got ", weight.sizes());
+  check_rows(out, "out", weight);
+  TORCH_CHECK(ids.dim() == 1 && (ids.scalar_type() == at::kLong || ids.scalar_type() == at::kInt),
+              "ids must be a 1-d int64 or int32 tensor, got ", ids.scalar_type(), " ", ids.sizes());
+  TORCH_CHECK(ids.device() == weight.device(), "ids is on ", ids.device(), ", expected ",
+              weight.device());
+  TORCH_CHECK(out.size(0) == ids.size(0) && out.size(1) == weight.size(1), "out must be [",
+              ids.size(0), ", ", weight.size(1), "], got ", out.sizes());
+  TORCH_CHECK(0 <= start && start <= end && end <= vocab_size && end - start <= weight.size(0),
+              "need 0 <= start <= end <= vocab_size and end - start <= weight rows (",
+              weight.size(0), "), got start ", start, ", end ", end, ", vocab_size ", vocab_size);
 }
 
 }  // namespace vgraph

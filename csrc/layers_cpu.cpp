@@ -1,4 +1,5 @@
-// The fused layer ops on the CPU: rms_norm, fused_add_rms_norm, rotary_embedding, silu_and_mul.
+// The fused layer ops on the CPU: rms_norm, fused_add_rms_norm, rotary_embedding, silu_and_mul,
+// embedding.
 // Plain loops over tokens (at::parallel_for), float32 math, rounded to the tensor dtype at the same
 // points as the torch code they replace (vgraph/layers/{layernorm,rotary,linear}.py), so the CUDA
 // kernels in layers_cuda.cu have a readable twin. The engine's CPU path keeps the torch code; these
@@ -6,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -139,6 +141,20 @@ void silu_and_mul_cpu(at::Tensor& out, const at::Tensor& input) {
   });
 }
 
+// out = weight[ids - start] where start <= id < end, else zeros; ids are checked against the
+// vocabulary (F.embedding raises for them too).
+void embedding_cpu(at::Tensor& out, const at::Tensor& ids, const at::Tensor& weight, int64_t start,
+                   int64_t end, int64_t vocab_size) {
+  check_embedding(out, ids, weight, start, end, vocab_size);
+  if (ids.numel() == 0) return;
+  const at::Tensor id = ids.to(at::kLong);
+  TORCH_CHECK(id.min().item<int64_t>() >= 0 && id.max().item<int64_t>() < vocab_size,
+              "embedding: ids must be in [0, ", vocab_size, ")");
+  const at::Tensor mine = id.ge(start).logical_and(id.lt(end));
+  const at::Tensor rows = at::where(mine, id - start, at::zeros_like(id));
+  out.copy_(at::where(mine.unsqueeze(-1), at::index_select(weight, 0, rows), 0));
+}
+
 }  // namespace
 
 // For the fused decode ops' unfused path (layers.h).
@@ -159,4 +175,5 @@ TORCH_LIBRARY_IMPL(vgraph_C, CPU, m) {
   m.impl("fused_add_rms_norm", &vgraph::fused_add_rms_norm_cpu);
   m.impl("rotary_embedding", &vgraph::rotary_embedding_cpu);
   m.impl("silu_and_mul", &vgraph::silu_and_mul_cpu);
+  m.impl("embedding", &vgraph::embedding_cpu);
 }

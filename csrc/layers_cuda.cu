@@ -1,4 +1,5 @@
-// The fused layer ops on CUDA: rms_norm, fused_add_rms_norm, rotary_embedding, silu_and_mul.
+// The fused layer ops on CUDA: rms_norm, fused_add_rms_norm, rotary_embedding, silu_and_mul,
+// embedding.
 // One kernel launch per op, one CTA per token; the grid is num_tokens and the CTA size depends
 // only on static sizes (hidden, heads), so a captured graph replays correctly for any contents of
 // its buffers. Nothing reads device data on the host. 16-byte vectors when the row width, strides
@@ -7,7 +8,7 @@
 //
 // Programmatic dependent launch (pdl.cuh): each kernel lets the next one start at once and waits
 // for the previous one before its first load, so a PDL kernel after it (attention after the rope
-// kernel, a fused GEMV after a norm kernel) runs its independent prologue while it does, and it
+// kernel, the first fused GEMV after the embedding) runs its independent prologue while it does, and it
 // starts behind a PDL kernel that triggers early (the norm kernel after the fused O projection)
 // without a full kernel boundary. VGRAPH_PDL_LAYERS=0 launches them plainly (comparisons; read at
 // each launch, so a graph keeps what it was captured with).
@@ -328,6 +329,63 @@ void silu_and_mul_cuda(at::Tensor& out, const at::Tensor& input) {
   });
 }
 
+// ---- embedding --------------------------------------------------------------------------------
+// out[t] = weight[ids[t] - start] for ids in [start, end), else zeros: one CTA per token, 16-byte
+// vectors where the width and pointers allow. (torch's index_select spends 11-14 us on a
+// 16-token lookup on an H200: its small-index kernel walks the tokens serially.)
+template <typename scalar_t, typename id_t, int VEC>
+__global__ void embedding_kernel(
+    scalar_t* __restrict__ out,           // [num_tokens, hidden] (row stride out_stride)
+    const id_t* __restrict__ ids,         // [num_tokens]
+    const scalar_t* __restrict__ weight,  // [rows, hidden]
+    int64_t out_stride, int hidden, int64_t start, int64_t end, int64_t vocab_size) {
+  pdl_prologue();
+  using vec_t = Vec<scalar_t, VEC>;
+  const int64_t t = blockIdx.x;
+  const int64_t id = static_cast<int64_t>(ids[t]);
+  CUDA_KERNEL_ASSERT(id >= 0 && id < vocab_size);
+  vec_t* o_row = reinterpret_cast<vec_t*>(out + t * out_stride);
+  const bool mine = id >= start && id < end;
+  const vec_t* w_row = reinterpret_cast<const vec_t*>(weight + (mine ? id - start : 0) * hidden);
+  vec_t zero;
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) zero.v[k] = round_to<scalar_t>(0.f);
+  for (int i = threadIdx.x; i < hidden / VEC; i += blockDim.x) o_row[i] = mine ? w_row[i] : zero;
+}
+
+void embedding_cuda(at::Tensor& out, const at::Tensor& ids, const at::Tensor& weight,
+                    int64_t start, int64_t end, int64_t vocab_size) {
+  check_embedding(out, ids, weight, start, end, vocab_size);
+  const int64_t num_tokens = ids.size(0);
+  if (num_tokens == 0) return;
+  const c10::cuda::CUDAGuard guard(weight.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const int hidden = static_cast<int>(weight.size(1));
+  VGRAPH_DISPATCH_FLOAT_TYPES(weight.scalar_type(), "embedding_cuda", [&] {
+    constexpr int kVec = 16 / sizeof(scalar_t);
+    const bool vectorized = hidden % kVec == 0 && out.stride(0) % kVec == 0 &&
+                            aligned16(out.data_ptr()) && aligned16(weight.data_ptr());
+    auto launch = [&](auto kernel, int vec, auto* id) {
+      launch_layer_kernel(kernel, num_tokens, threads_for(hidden / vec, 256), stream,
+                          out.data_ptr<scalar_t>(), id, weight.data_ptr<scalar_t>(),
+                          out.stride(0), hidden, start, end, vocab_size);
+    };
+    auto dispatch_vec = [&](auto* id) {
+      using id_t = std::remove_const_t<std::remove_pointer_t<decltype(id)>>;
+      if (vectorized) {
+        launch(embedding_kernel<scalar_t, id_t, kVec>, kVec, id);
+      } else {
+        launch(embedding_kernel<scalar_t, id_t, 1>, 1, id);
+      }
+    };
+    if (ids.scalar_type() == at::kLong) {
+      dispatch_vec(ids.data_ptr<int64_t>());
+    } else {
+      dispatch_vec(ids.data_ptr<int32_t>());
+    }
+  });
+}
+
 }  // namespace
 
 // For the fused decode ops' unfused path (layers.h).
@@ -348,4 +406,5 @@ TORCH_LIBRARY_IMPL(vgraph_C, CUDA, m) {
   m.impl("fused_add_rms_norm", &vgraph::fused_add_rms_norm_cuda);
   m.impl("rotary_embedding", &vgraph::rotary_embedding_cuda);
   m.impl("silu_and_mul", &vgraph::silu_and_mul_cuda);
+  m.impl("embedding", &vgraph::embedding_cuda);
 }

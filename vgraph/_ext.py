@@ -116,6 +116,10 @@ def _register_fakes() -> None:
     def _silu_and_mul_fake(out, input) -> None:
         return None
 
+    @torch.library.register_fake("vgraph_C::embedding")
+    def _embedding_fake(out, ids, weight, start, end, vocab_size) -> None:
+        return None
+
     # The fused decode ops (csrc/decode_*.cpp/.cu) write only their Tensor(a!) argument too.
     @torch.library.register_fake("vgraph_C::linear_out")
     def _linear_out_fake(out, x, weight, max_gemv_tokens=None) -> None:

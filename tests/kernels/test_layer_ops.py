@@ -1,8 +1,9 @@
-"""The fused layer ops of vgraph._C (rms_norm, fused_add_rms_norm, rotary_embedding, silu_and_mul)
-against the torch code they replace (RMSNorm._norm, RotaryEmbedding's torch path, SiluAndMul's torch
-path): dtypes, odd hidden sizes, strided rows (q/k views of a fused qkv); the layers' fused paths
-forced on under torch.compile; on CUDA also a captured graph replayed with new inputs. CPU always,
-CUDA under the `gpu` marker.
+"""The fused layer ops of vgraph._C (rms_norm, fused_add_rms_norm, rotary_embedding, silu_and_mul,
+embedding) against the torch code they replace (RMSNorm._norm, RotaryEmbedding's torch path,
+SiluAndMul's torch path, VocabParallelEmbedding's F.embedding and mask): dtypes, odd hidden
+sizes, strided rows (q/k views of a fused qkv); the layers' fused paths forced on under
+torch.compile; on CUDA also captured graphs replayed with new inputs. CPU always, CUDA under the
+`gpu` marker.
 """
 
 from __future__ import annotations
@@ -122,6 +123,43 @@ def test_silu_and_mul(dtype: torch.dtype, d: int, strided: bool, device: str) ->
     out = torch.empty(7, d, dtype=dtype, device=device)
     OPS.silu_and_mul(out, x)
     check_close(out, act(x))
+
+
+def embedding_ref(ids: torch.Tensor, weight: torch.Tensor, start: int, end: int) -> torch.Tensor:
+    mine = (ids >= start) & (ids < end)
+    rows = torch.nn.functional.embedding(torch.where(mine, ids - start, 0), weight)
+    return torch.where(mine.unsqueeze(-1), rows, torch.zeros((), dtype=weight.dtype))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(("start", "end"), [(0, 300), (100, 250)], ids=["whole", "shard"])
+@pytest.mark.parametrize("id_dtype", [torch.int64, torch.int32], ids=str)
+@pytest.mark.parametrize("hidden", [576, 100])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_embedding(
+    dtype: torch.dtype, hidden: int, id_dtype: torch.dtype, start: int, end: int, device: str
+) -> None:
+    """The rows of ids in [start, end) of a 300-token vocabulary, zeros for the others (another
+    rank's rows), bit for bit; strided out rows."""
+    weight = rand(end - start, hidden, dtype=dtype, device=device, seed=hidden)
+    ids = torch.randint(0, 300, (17,), generator=torch.Generator().manual_seed(3)).to(device)
+    ids[:3] = torch.tensor([start, end - 1, 299])
+    wide = torch.full((17, hidden + 8), float("nan"), dtype=dtype, device=device)
+    out = wide[:, :hidden]
+    OPS.embedding(out, ids.to(id_dtype), weight, start, end, 300)
+    assert torch.equal(out, embedding_ref(ids, weight, start, end))
+
+
+def test_embedding_bad_arguments_are_rejected() -> None:
+    weight, ids = torch.randn(10, 8), torch.tensor([1, 2])
+    with pytest.raises(RuntimeError, match=r"ids must be in \[0, 10\)"):
+        OPS.embedding(torch.empty(2, 8), torch.tensor([1, 10]), weight, 0, 10, 10)
+    with pytest.raises(RuntimeError, match="end - start <= weight rows"):
+        OPS.embedding(torch.empty(2, 8), ids, weight, 0, 11, 11)
+    with pytest.raises(RuntimeError, match="out must be"):
+        OPS.embedding(torch.empty(3, 8), ids, weight, 0, 10, 10)
+    with pytest.raises(RuntimeError, match="int64 or int32"):
+        OPS.embedding(torch.empty(2, 8), ids.float(), weight, 0, 10, 10)
 
 
 def test_bad_arguments_are_rejected() -> None:
@@ -245,3 +283,24 @@ def test_cuda_pdl_switch_rejects_bad_values(device: str, monkeypatch: pytest.Mon
     monkeypatch.setenv("VGRAPH_PDL_LAYERS", "2")
     with pytest.raises(RuntimeError, match="VGRAPH_PDL_LAYERS must be an integer in"):
         OPS.rms_norm(torch.empty_like(x), x, torch.ones(64, dtype=x.dtype, device=device), 1e-5)
+
+
+@pytest.mark.parametrize("device", [CUDA])
+def test_cuda_embedding_in_a_graph_follows_new_ids(device: str) -> None:
+    """The embedding module's CUDA op (chosen at its first call) captured in a graph: replays
+    look up the ids in its buffer, as F.embedding does."""
+    from vgraph.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
+    emb = VocabParallelEmbedding(300, 576).to(device=device, dtype=torch.bfloat16)
+    emb.weight.data.copy_(rand(300, 576, dtype=torch.bfloat16, device=device, seed=5))
+    ids = torch.zeros(16, dtype=torch.long, device=device)
+    emb(ids)  # warm-up outside the capture
+    assert emb._fused
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = emb(ids)
+    for seed in (1, 2):
+        ids.copy_(torch.randint(0, 300, (16,), generator=torch.Generator().manual_seed(seed)))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, torch.nn.functional.embedding(ids, emb.weight))

@@ -5,6 +5,8 @@ per_rank = ceil(vocab_size / tp) (the last rank's rows past vocab_size are zeros
 looks up the ids in its range, zeroes the others and sums over ranks (`vgraph::all_reduce`); the
 head computes its columns of the logits and gathers them (`vgraph::all_gather`), cut back to
 vocab_size. At tp=1 both are the plain table: F.embedding and F.linear, no collective, no mask.
+On CUDA with a CUDA build of vgraph._C the lookup and its mask are one kernel
+(vgraph_C::embedding: a CTA per token, launched with PDL); elsewhere the torch code.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vgraph._ext import use_cuda_op
 from vgraph.distributed.communication_op import (
     tensor_model_parallel_all_gather,
     tensor_model_parallel_all_reduce,
@@ -35,6 +38,7 @@ class VocabParallelEmbedding(nn.Module):
         self.weight = nn.Parameter(torch.empty(self.per_rank, hidden_size), requires_grad=False)
         self.weight.weight_loader = self.weight_loader
         self.weight.full_shapes = {None: (vocab_size, hidden_size)}
+        self._fused: bool | None = None  # vgraph_C::embedding or torch; decided at the first call
 
     def weight_loader(self, param: torch.Tensor, loaded: Any, shard_id: object = None) -> None:
         assert shard_id is None, shard_id
@@ -47,6 +51,17 @@ class VocabParallelEmbedding(nn.Module):
         param.data[n:].zero_()
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:  # [T] -> [T, hidden]
+        if self._fused is None:
+            self._fused = use_cuda_op(self.weight, "embedding")
+        if self._fused:
+            out = torch.empty(
+                input_ids.shape[0], self.weight.shape[1], dtype=self.weight.dtype,
+                device=self.weight.device,
+            )  # fmt: skip
+            torch.ops.vgraph_C.embedding(
+                out, input_ids, self.weight, self.vocab_start, self.vocab_end, self.vocab_size
+            )
+            return out if self.tp_size == 1 else tensor_model_parallel_all_reduce(out)
         if self.tp_size == 1:
             return F.embedding(input_ids, self.weight)
         mine = (input_ids >= self.vocab_start) & (input_ids < self.vocab_end)  # [T]
