@@ -1,6 +1,6 @@
 // Argument checks shared by the CPU and CUDA impls of the fused layer ops (rms_norm,
-// fused_add_rms_norm, rotary_embedding, silu_and_mul, embedding), so both devices reject the same mistakes
-// with the same messages. Host code only: no kernels, no reads of device data.
+// fused_add_rms_norm, rotary_embedding, silu_and_mul, embedding), so both devices reject the
+// same mistakes with the same messages. Host code only: no kernels, no reads of device data.
 #pragma once
 
 #include <ATen/Dispatch.h>

@@ -8,10 +8,10 @@
 //
 // Programmatic dependent launch (pdl.cuh): each kernel lets the next one start at once and waits
 // for the previous one before its first load, so a PDL kernel after it (attention after the rope
-// kernel, the first fused GEMV after the embedding) runs its independent prologue while it does, and it
-// starts behind a PDL kernel that triggers early (the norm kernel after the fused O projection)
-// without a full kernel boundary. VGRAPH_PDL_LAYERS=0 launches them plainly (comparisons; read at
-// each launch, so a graph keeps what it was captured with).
+// kernel, the first fused GEMV after the embedding) runs its independent prologue meanwhile, and
+// it starts behind a PDL kernel that triggers early (the norm kernel after the fused O
+// projection) without a full kernel boundary. VGRAPH_PDL_LAYERS=0 launches them plainly
+// (comparisons; read at each launch, so a graph keeps what it was captured with).
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>

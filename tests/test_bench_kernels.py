@@ -16,6 +16,7 @@ from vgraph.bench.kernels import kernel_family, summarize_kernels, wall_times
         ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64", "matmul"),
         ("void vgraph::fused_add_rms_norm_kernel<c10::BFloat16>(...)", "norm"),
         ("void vgraph::rotary_embedding_kernel<c10::BFloat16>(...)", "rotary"),
+        ("void vgraph::embedding_kernel<c10::BFloat16, long, 8>(...)", "embedding"),
         ("void vgraph::silu_and_mul_kernel<c10::BFloat16>(...)", "activation"),
         ("void at::native::reduce_kernel<512, 1, ArgMaxOps>(...)", "sampling"),
         (

@@ -26,6 +26,7 @@ KERNEL_FAMILIES = [
     ("matmul", r"gemm|gemv|nvjet|xmma|cutlass|matmul|splitK|sm90_"),
     ("norm", r"rms|layer_?norm"),
     ("rotary", r"rotary|rope"),
+    ("embedding", r"embedding_kernel"),  # after rotary: rotary_embedding_kernel
     ("activation", r"silu|gelu|act_and_mul"),
     ("sampling", r"argmax|arg_max|topk|sort|softmax|exponential|multinomial"),
     ("copy_fill", r"copy|memcpy|memset|fill|cat_|CatArray"),

@@ -10,7 +10,8 @@ from vgraph import LLM, SamplingParams
 def gen(name, async_scheduling, mode):
     llm = LLM(name, load_format="dummy", max_model_len=512, async_scheduling=async_scheduling,
               multiprocess=False, gpu_memory_utilization=0.3,
-              compilation_config={"cudagraph_mode": mode, "cudagraph_capture_sizes": [1, 2, 4, 8, 16]})
+              compilation_config={"cudagraph_mode": mode,
+                                  "cudagraph_capture_sizes": [1, 2, 4, 8, 16]})
     rng = random.Random(0)
     prompts = [[rng.randrange(1000) for _ in range(n)] for n in (7, 64, 130, 19, 33, 90, 1)]
     greedy = [SamplingParams(temperature=0, max_tokens=m, ignore_eos=True, logprobs=2)
