@@ -9,17 +9,20 @@ replays):
       gate_up rms_norm_gate_up_silu vs fused_add_rms_norm + F.linear(gate_up) + silu_and_mul
       down    linear_add_residual   vs F.linear(down)
       lm_head rms_norm_linear_out (float32) vs rms_norm + F.linear(lm_head).float() (one call)
-    "cuda_core" and "mma" force a fused kernel (max_gemv_tokens=32 with VGRAPH_GEMV=cuda_core or
-    =mma: the CUDA-core GEMV or the tensor-core one), "auto" uses the op's per-shape table; at one
-    token "one_pair" is the CUDA-core kernel with a CTA per row pair (VGRAPH_GEMV_PAIRS=1) and
-    "no_loop" its packed CTAs, a CTA per group (VGRAPH_GEMV_CTAS_PER_SM=0), against which
+    "cuda_core", "mma" and "wide" force a fused kernel (max_gemv_tokens=32 with VGRAPH_GEMV=
+    cuda_core, =mma or =wide: the CUDA-core GEMV, the tensor-core one or the wide tensor-core one,
+    with --wide-sweep also at each split of K and tiles a CTA), "auto" uses the op's per-shape
+    table; at one token "one_pair" is the CUDA-core kernel with a CTA per row pair
+    (VGRAPH_GEMV_PAIRS=1) and "no_loop" its packed CTAs, a CTA per group
+    (VGRAPH_GEMV_CTAS_PER_SM=0), against which
     "cuda_core" packs pairs and loops a smaller grid over them as its launcher picks; above 8
     tokens "mma_whole" is the tensor-core kernel with whole column tiles (VGRAPH_MMA_SPLIT=0)
     and "mma_split" split by tokens at every shape (=1), against which "mma" splits where its
     launcher picks;
   - the whole layer stack without attention: 4 fused ops per layer vs today's 8 launches.
-Also prints, per op, the largest M up to which a fused kernel beats the unfused sequence and the
-smallest M from which the tensor-core kernel beats the CUDA-core one: the per-shape table in
+Also prints, per op, the largest M up to which a fused kernel beats the unfused sequence, the
+smallest M from which the tensor-core kernel beats the CUDA-core one and the smallest from which
+the wide kernel beats both: the per-shape table in
 csrc/decode_cuda.cu comes from them. VGRAPH_PDL=0 in the environment
 launches without programmatic dependent launch (for a comparison). Writes JSON to --out.
 
@@ -161,7 +164,7 @@ class Model:
         return chain(lambda i: steps[i](), len(steps))
 
 
-KERNELS = ("cuda_core", "mma")
+KERNELS = ("cuda_core", "mma", "wide")
 
 
 # The one-token CUDA-core variants beside the launcher's choice ("cuda_core"): a CTA per row pair,
@@ -190,17 +193,38 @@ def timed_with(kernel: str, step: Callable[[], None], calls: int, replays: int,
 
 
 def suggest(rows: list[dict], op: str) -> dict:
-    """max_tokens: the largest M (of the measured ones) up to which the faster fused kernel beats
+    """max_tokens: the largest M (of the measured ones) up to which the fastest fused kernel beats
     the unfused sequence; mma_from: the smallest M from which the tensor-core kernel beats the
-    CUDA-core one."""
-    best, mma_from, unbroken = 0, None, True
+    CUDA-core one; wide_from: the smallest from which the wide tensor-core kernel beats both."""
+    best, mma_from, wide_from, unbroken = 0, None, None, True
     for r in sorted((r for r in rows if r["op"] == op), key=lambda r: r["m"]):
         if mma_from is None and r["mma_us"] < r["cuda_core_us"]:
             mma_from = r["m"]
-        unbroken = unbroken and min(r["cuda_core_us"], r["mma_us"]) < r["unfused_us"]
+        if wide_from is None and r["wide_us"] < min(r["cuda_core_us"], r["mma_us"]):
+            wide_from = r["m"]
+        unbroken = unbroken and min(r[f"{k}_us"] for k in KERNELS) < r["unfused_us"]
         if unbroken:
             best = r["m"]
-    return {"max_tokens": best, "mma_from": mma_from}
+    return {"max_tokens": best, "mma_from": mma_from, "wide_from": wide_from}
+
+
+def wide_sweep(model: Model, op: str, m: int, calls: int, replays: int) -> dict[str, float]:
+    """The wide kernel's time per (split of K, tiles a CTA), for the splits that divide the op's
+    chunks of K."""
+    k = {"qkv": model.hidden, "o": model.nh * model.hd, "gate_up": model.hidden,
+         "down": model.inter, "lm_head": model.hidden}[op]  # fmt: skip
+    out = {}
+    for split in (1, 2, 4, 8):
+        if (k // 64) % split:
+            continue
+        for warps in (2, 4, 8):
+            switches = {"VGRAPH_WIDE_SPLIT": str(split), "VGRAPH_WIDE_WARPS": str(warps)}
+            try:
+                us = timed_with("wide", model.fused(op, m, 32), calls, replays, switches)
+            except RuntimeError:  # the split leaves too little shared memory
+                continue
+            out[f"s{split}w{warps}"] = us
+    return out
 
 
 def main() -> int:
@@ -209,6 +233,10 @@ def main() -> int:
     parser.add_argument("--tokens", nargs="+", type=int, default=[1, 2, 4, 8, 16, 32])
     parser.add_argument("--replays", type=int, default=30)
     parser.add_argument("--out", default="benchmarks/results/decode_kernels.json")
+    parser.add_argument("--wide-sweep", action="store_true",
+                        help="also time the wide kernel at every split of K (1, 2, 4, 8) and "
+                        "tiles a CTA (2, 4, 8) that fit (VGRAPH_WIDE_SPLIT / _WARPS)")  # fmt: skip
+    parser.add_argument("--no-stacks", action="store_true", help="skip the layer stacks")
     args = parser.parse_args()
     if not (torch.cuda.is_available() and load_ext() and has_cuda_kernels("linear_out")):
         print(f"needs a GPU and a CUDA build of vgraph._C: {ext_unavailable_reason()}")
@@ -229,9 +257,13 @@ def main() -> int:
                 for variant, switches in variants.items():
                     step = model.fused(op, m, 32)
                     row[f"{variant}_us"] = timed_with(kernel, step, calls, args.replays, switches)
+                if args.wide_sweep:
+                    row["wide_sweep"] = wide_sweep(model, op, m, calls, args.replays)
                 row["auto_us"] = time_graph(model.fused(op, m, None), calls, args.replays)
                 row["unfused_us"] = time_graph(model.unfused(op, m), calls, args.replays)
                 rows.append(row)
+            if args.no_stacks:
+                continue
             s = {"config": name, "m": m, "layers": model.layers}
             s["fused_us"] = time_graph(model.stack(m, True, None), 1, args.replays)
             for kernel in KERNELS:
@@ -248,14 +280,19 @@ def main() -> int:
 
     print(f"\nper call, us (median of {args.replays} graph replays; PDL {'on' if pdl else 'off'})")
     extra = ("one_pair", "no_loop", "mma_whole", "mma_split")
-    head = " ".join(f"{c:>9}" for c in (*extra, "cuda_core", "mma", "auto", "unfused"))
+    head = " ".join(f"{c:>9}" for c in (*extra, *KERNELS, "auto", "unfused"))
     print(f"{'config':14} {'op':8} {'M':>3} {head} {'x':>6}")
     for r in rows:
-        best = min(r["cuda_core_us"], r["mma_us"])
+        best = min(r[f"{k}_us"] for k in KERNELS)
         cols = [f"{r[f'{c}_us']:9.2f}" if f"{c}_us" in r else f"{'-':>9}" for c in extra]
-        cols += [f"{r[f'{c}_us']:9.2f}" for c in ("cuda_core", "mma", "auto", "unfused")]
+        cols += [f"{r[f'{c}_us']:9.2f}" for c in (*KERNELS, "auto", "unfused")]
         print(f"{r['config']:14} {r['op']:8} {r['m']:3d} {' '.join(cols)} "
               f"{r['unfused_us'] / best:6.2f}")  # fmt: skip
+    if args.wide_sweep:
+        print("\nthe wide kernel per split of K (s) and tiles a CTA (w), us per call")
+        for r in rows:
+            cells = " ".join(f"{key}:{us:.2f}" for key, us in r["wide_sweep"].items())
+            print(f"{r['config']:14} {r['op']:8} {r['m']:3d} rule {r['wide_us']:.2f}  {cells}")
     print("\nlayer stack without attention, us per step")
     print(f"{'config':14} {'M':>3} {'auto':>8} {'cuda_core':>10} {'mma':>8} {'mma_whole':>9} "
           f"{'unfused':>8}")  # fmt: skip

@@ -31,7 +31,12 @@ splits small matrices whose split grid fits the GPU), `pdl_layers_off` (the norm
 silu kernels launched without programmatic stream serialization, VGRAPH_PDL_LAYERS=0),
 `blaslt` (torch's GEMMs through cuBLASLt,
 torch.backends.cuda.preferred_blas_library("cublaslt"), instead of cuBLAS), `torch_embedding`
-(the token embedding through F.embedding instead of vgraph_C::embedding).
+(the token embedding through F.embedding instead of vgraph_C::embedding), `wide_norm` (the QKV
+and gate/up projections fused up to 16 tokens, on the wide tensor-core GEMV from 2 tokens on,
+VGRAPH_GEMV_WIDE_FROM_QKV / _GATE_UP), `wide_norm_head` (wide_norm, and the final norm + LM head
+likewise), `wide_gate_up` / `wide_qkv` (wide_norm for one of the two), `wide_norm_w4` (wide_norm
+with 4 tiles a CTA, VGRAPH_WIDE_WARPS=4), `wide_norm_late` (wide_norm, the wide kernel letting
+the next kernel start only after its loop, VGRAPH_WIDE_LATE_TRIGGER=1).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 
@@ -98,8 +103,23 @@ VARIANTS = (
     "pdl_layers_off",
     "blaslt",
     "torch_embedding",
+    "wide_norm",
+    "wide_norm_head",
+    "wide_gate_up",
+    "wide_qkv",
+    "wide_norm_w4",
+    "wide_norm_late",
 )
 GATE_UP16 = {"VGRAPH_GEMV_MAX_TOKENS_GATE_UP": "16"}
+ALL16 = GATE_UP16 | {"VGRAPH_GEMV_MAX_TOKENS_QKV": "16", "VGRAPH_GEMV_MAX_TOKENS_RESIDUAL": "16"}
+# The norm projections (QKV, gate/up) fused up to 16 tokens, on the wide tensor-core kernel from
+# 2 tokens on.
+WIDE_NORM = {
+    "VGRAPH_GEMV_MAX_TOKENS_QKV": "16",
+    "VGRAPH_GEMV_MAX_TOKENS_GATE_UP": "16",
+    "VGRAPH_GEMV_WIDE_FROM_QKV": "2",
+    "VGRAPH_GEMV_WIDE_FROM_GATE_UP": "2",
+}
 # Switches the csrc ops read at each launch (so at capture): the variant's, while it starts.
 VARIANT_ENV = {
     "cuda_core": {"VGRAPH_GEMV": "cuda_core"},
@@ -121,12 +141,18 @@ VARIANT_ENV = {
     "gate_up16": GATE_UP16,
     "qkv16": {"VGRAPH_GEMV_MAX_TOKENS_QKV": "16"},
     "down16": {"VGRAPH_GEMV_MAX_TOKENS_RESIDUAL": "16"},
-    "all16": GATE_UP16
-    | {"VGRAPH_GEMV_MAX_TOKENS_QKV": "16", "VGRAPH_GEMV_MAX_TOKENS_RESIDUAL": "16"},
+    "all16": ALL16,
     "qkv16_gt2": {"VGRAPH_GEMV_MAX_TOKENS_QKV": "16", "VGRAPH_ATTN_GROUP_HEADS": "2"},
     "split_off": {"VGRAPH_MMA_SPLIT": "0"},
     "split_all": {"VGRAPH_MMA_SPLIT": "1"},
     "pdl_layers_off": {"VGRAPH_PDL_LAYERS": "0"},
+    "wide_norm": WIDE_NORM,
+    "wide_norm_head": WIDE_NORM
+    | {"VGRAPH_GEMV_MAX_TOKENS_NORM_OUT": "16", "VGRAPH_GEMV_WIDE_FROM_NORM_OUT": "2"},
+    "wide_gate_up": {k: v for k, v in WIDE_NORM.items() if "GATE_UP" in k},
+    "wide_qkv": {k: v for k, v in WIDE_NORM.items() if "QKV" in k},
+    "wide_norm_w4": WIDE_NORM | {"VGRAPH_WIDE_WARPS": "4"},
+    "wide_norm_late": WIDE_NORM | {"VGRAPH_WIDE_LATE_TRIGGER": "1"},
 }
 
 

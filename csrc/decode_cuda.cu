@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <string>
 
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -73,6 +74,7 @@ struct Threshold {
   Epilogue e;
   int64_t n, k, max_tokens, mma_from;
   bool loop = true;
+  int64_t wide_from = 0;  // the token count from which the wide tensor-core kernel runs; 0: never
 };
 constexpr Threshold kThresholds[] = {
     // SmolLM2-135M
@@ -139,24 +141,39 @@ bool use_gemv(Epilogue e, const at::Tensor& x, const at::Tensor& weight,
          k < (1LL << 31);
 }
 
-// Which fused kernel: the tensor-core one from the shape's measured token count on, where it fits.
-// VGRAPH_GEMV=cuda_core or =mma forces one (mma only where it fits), for comparisons; read at each
+// Which fused kernel: the wide tensor-core one from the shape's measured token count on, else the
+// tensor-core one from its own, where they fit; else the CUDA-core one. VGRAPH_GEMV=cuda_core, =mma
+// or =wide forces one (the tensor-core ones only where they fit), for comparisons; read at each
 // launch, so a graph keeps the kernel it was captured with.
-bool use_mma(Epilogue e, int64_t m, int64_t n, int64_t k, int64_t head_size) {
-  if (!mma_fits(e, n, k, head_size)) return false;
+enum class Kernel { kCudaCore, kMma, kWide };
+Kernel pick_kernel(Epilogue e, int64_t m, int64_t n, int64_t k, int64_t head_size) {
+  if (!mma_fits(e, n, k, head_size)) return Kernel::kCudaCore;
   const char* force = std::getenv("VGRAPH_GEMV");
   if (force != nullptr && force[0] != '\0') {
-    if (std::strcmp(force, "mma") == 0) return true;
-    if (std::strcmp(force, "cuda_core") == 0) return false;
+    if (std::strcmp(force, "wide") == 0) return Kernel::kWide;
+    if (std::strcmp(force, "mma") == 0) return Kernel::kMma;
+    if (std::strcmp(force, "cuda_core") == 0) return Kernel::kCudaCore;
+    TORCH_CHECK(false, "VGRAPH_GEMV must be cuda_core, mma or wide, got ", force);
   }
   const Threshold* t = find_threshold(e, n, k);
-  return t != nullptr && m >= t->mma_from;
+  // VGRAPH_GEMV_WIDE_FROM_<OP>=n replaces the table's wide_from for every shape of one epilogue
+  // (0: never; comparisons).
+  constexpr size_t kPrefix = sizeof("VGRAPH_GEMV_MAX_TOKENS_") - 1;  // then the op's name
+  const std::string name = std::string("VGRAPH_GEMV_WIDE_FROM_") + (max_tokens_switch(e) + kPrefix);
+  const int wide_from =
+      env_int(name.c_str(), t ? static_cast<int>(t->wide_from) : 0, 0, kMaxGemvTokens);
+  if (wide_from > 0 && m >= wide_from) return Kernel::kWide;
+  if (t == nullptr) return Kernel::kCudaCore;
+  return m >= t->mma_from ? Kernel::kMma : Kernel::kCudaCore;
 }
 
-// The chosen fused kernel on a's shape.
+// The chosen fused kernel on a's shape (the wide kernel falls back to the tensor-core one where it
+// does not fit).
 template <typename T, Epilogue E>
 void launch_fused(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream) {
-  if (use_mma(E, a.num_tokens, a.N, a.K, a.head_size)) return launch_gemv_mma<T, E>(a, stream);
+  const Kernel kernel = pick_kernel(E, a.num_tokens, a.N, a.K, a.head_size);
+  if (kernel == Kernel::kWide && launch_gemv_wide<T, E>(a, stream)) return;
+  if (kernel != Kernel::kCudaCore) return launch_gemv_mma<T, E>(a, stream);
   GemvArgs<T> args = a;
   const Threshold* t = find_threshold(E, a.N, a.K);
   // VGRAPH_GEMV_LOOP=0 / 1 forbids / allows it at every shape (comparisons; read at each launch).

@@ -602,9 +602,12 @@ void launch_gemv(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream) {
   template void launch_gemv<c10::Half, E>(const GemvArgs<c10::Half>&, int, cudaStream_t);     \
   template void launch_gemv<c10::BFloat16, E>(const GemvArgs<c10::BFloat16>&, int, cudaStream_t); \
   template void launch_gemv_mma<c10::Half, E>(const GemvArgs<c10::Half>&, cudaStream_t);      \
-  template void launch_gemv_mma<c10::BFloat16, E>(const GemvArgs<c10::BFloat16>&, cudaStream_t);
+  template void launch_gemv_mma<c10::BFloat16, E>(const GemvArgs<c10::BFloat16>&, cudaStream_t); \
+  template bool launch_gemv_wide<c10::Half, E>(const GemvArgs<c10::Half>&, cudaStream_t);     \
+  template bool launch_gemv_wide<c10::BFloat16, E>(const GemvArgs<c10::BFloat16>&, cudaStream_t);
 
 }  // namespace gemv
 }  // namespace vgraph
 
 #include "decode_gemv_mma.cuh"
+#include "decode_gemv_wide.cuh"

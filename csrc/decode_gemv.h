@@ -48,6 +48,8 @@ struct GemvArgs {
   // each on its own whole warps (more than one only at one token).
   bool may_loop;
   int num_pairs, pairs_per_cta;
+  // Wide kernel: whether it lets the next kernel start only after its loop (set by its launcher).
+  bool wide_late_trigger;
 };
 
 // The tensor-core kernel (decode_gemv_mma.cuh): a CTA computes a tile of 16 output rows (8 row
@@ -76,6 +78,13 @@ void launch_gemv(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream);
 // accepts; its grid and CTA size follow from N and K alone (graph-safe).
 template <typename T, Epilogue E>
 void launch_gemv_mma(const GemvArgs<T>& a, cudaStream_t stream);
+
+// Launches the wide tensor-core kernel (decode_gemv_wide.cuh: a CTA of several row tiles over
+// activations staged once, K split over a thread-block cluster) on a shape mma_fits accepts, and
+// returns true; false (nothing launched) where it does not fit: before sm_90, or activations too
+// large for shared memory at every split.
+template <typename T, Epilogue E>
+bool launch_gemv_wide(const GemvArgs<T>& a, cudaStream_t stream);
 
 }  // namespace gemv
 }  // namespace vgraph

@@ -267,7 +267,7 @@ size_t mma_smem(const GemvArgs<T>& a, int nt, int warps) {
 }
 
 template <typename T, Epilogue E>
-int mma_tiles(const GemvArgs<T>& a) {
+__host__ __device__ __forceinline__ int mma_tiles(const GemvArgs<T>& a) {
   if constexpr (E == Epilogue::kSiluMul) return a.N / 2 / 8;
   if constexpr (E == Epilogue::kQkvRope) return a.N / kMmaRows;
   return (a.N + kMmaRows - 1) / kMmaRows;

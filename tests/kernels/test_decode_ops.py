@@ -171,6 +171,7 @@ def path_runs(c: Case) -> list[Callable[[int | None], torch.Tensor]]:
 
 DEVICES = ["cpu", CUDA]
 TOKENS = [1, 3, 8, 16, 17]
+NORM_RUNS = (0, 1, 2, 6, 7)  # the runs of path_runs with the RMSNorm prologue
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -197,17 +198,18 @@ def test_ops_match_float32_reference(shape: str, num_tokens: int, device: str) -
 
 
 @pytest.mark.parametrize("device", [CUDA])
-@pytest.mark.parametrize("kernel", ["cuda_core", "mma"])
+@pytest.mark.parametrize("kernel", ["cuda_core", "mma", "wide"])
 @pytest.mark.parametrize("num_tokens", [1, 2, 5, 8, 13, 16, 32])
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_gemv_path_matches_unfused_path(
     shape: str, num_tokens: int, kernel: str, device: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """max_gemv_tokens=32 forces a fused kernel (VGRAPH_GEMV picks the CUDA-core or the
-    tensor-core one; the odd shape does not fit the tensor-core tiling and keeps the CUDA-core
-    kernel), 0 the cuBLAS sequence: same roundings, except that cuBLAS adds the residual inside
-    the GEMM (beta = 1) without rounding the projection first, so the residual ops (runs 3 and 4)
-    agree within tolerance only."""
+    """max_gemv_tokens=32 forces a fused kernel (VGRAPH_GEMV picks the CUDA-core, the tensor-core
+    or the wide tensor-core one; the odd shape does not fit the tensor-core tiling and keeps the
+    CUDA-core kernel), 0 the cuBLAS sequence: same roundings, except that cuBLAS adds the
+    residual inside the GEMM (beta = 1) without rounding the projection first, so the residual ops
+    (runs 3 and 4) agree within tolerance only; so do the wide kernel's norm ops, which round once
+    where RMSNorm rounds twice (1 / rms scales the sums)."""
     monkeypatch.setenv("VGRAPH_GEMV", kernel)
     for dtype in dtypes_for(device):
         c = Case(shape, num_tokens, dtype, device)
@@ -216,7 +218,7 @@ def test_gemv_path_matches_unfused_path(
         for i, run in enumerate(runs):
             fast, slow = run(32), run(0)
             assert rel_err(fast, slow) < tol, (i, dtype)
-            if i in (3, 4):
+            if i in (3, 4) or (kernel == "wide" and i in NORM_RUNS):
                 continue
             exact = (fast == slow).float().mean().item()
             assert exact > 0.8, (i, dtype, exact)
@@ -315,6 +317,66 @@ def test_mma_split_by_tokens_is_bit_equal(
 
 
 @pytest.mark.parametrize("device", [CUDA])
+@pytest.mark.parametrize("num_tokens", [1, 7, 9, 16, 29])
+@pytest.mark.parametrize("shape", ["SmolLM2-135M", "Llama-3.2-1B", "Qwen3-0.6B"])
+def test_wide_kernel_splits_and_warps(
+    shape: str, num_tokens: int, device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wide tensor-core kernel at every split of K over a cluster that divides the shape's
+    chunks (VGRAPH_WIDE_SPLIT; the norm ops add the cluster's sums of squares) and several tiles a
+    CTA (VGRAPH_WIDE_WARPS: 3 leaves the last CTA with warps past the last tile) stays within the
+    path tolerance of the unfused sequence, the norm ops also within that of the float32
+    reference, the others exact on most entries (a split whose shared memory does not fit, e.g.
+    none of Llama-3.2-1B's down projection, sends the call to the tensor-core kernel); also past
+    N's last whole tile (N = 4101) nothing beyond N is written."""
+    monkeypatch.setenv("VGRAPH_GEMV", "wide")
+    dtype = torch.bfloat16
+    c = Case(shape, num_tokens, dtype, device)
+    runs = path_runs(c)
+    slow = [run(0) for run in runs]
+    head = norm_ref(c.hidden_x, c.norm_w) @ c.w_gu[:4096].float().T
+    refs = {0: ref_qkv(c, True, True), 1: ref_qkv(c, False, False), 2: ref_gate_up(c), 6: head,
+            7: head}  # fmt: skip
+    w = rand(4101, c.hidden, device=device, dtype=dtype, seed=11, scale=c.hidden**-0.5)
+    ref = c.hidden_x.float() @ w.float().T
+    chunks = c.hidden // 64
+    for split in ["", *(str(s) for s in (1, 2, 3, 4, 8) if chunks % s == 0)]:
+        for warps in ("", "1", "3", "8"):
+            monkeypatch.setenv("VGRAPH_WIDE_SPLIT", split)
+            monkeypatch.setenv("VGRAPH_WIDE_WARPS", warps)
+            for i, (run, want) in enumerate(zip(runs, slow)):
+                got = run(32)
+                assert rel_err(got, want) < PATH_TOL[dtype], (split, warps, i)
+                if i in refs:  # the norm ops: against the float32 reference
+                    assert rel_err(got, refs[i]) < REL_TOL[dtype], (split, warps, i)
+                elif i not in (3, 4):
+                    exact = (got == want).float().mean().item()
+                    assert exact > 0.8, (split, warps, i, exact)
+            out = torch.full((num_tokens, 4104), float("nan"), dtype=torch.float32, device=device)
+            OPS.linear_out(out[:, :4101], c.hidden_x, w, 32)
+            assert torch.isnan(out[:, 4101:]).all()
+            assert rel_err(out[:, :4101], ref) < REL_TOL[dtype], (split, warps)
+
+
+@pytest.mark.parametrize("device", [CUDA])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("VGRAPH_WIDE_SPLIT", "9"), ("VGRAPH_WIDE_SPLIT", "5"), ("VGRAPH_WIDE_WARPS", "9"),
+     ("VGRAPH_WIDE_WARPS", "0x"), ("VGRAPH_GEMV", "tensor")],
+)  # fmt: skip
+def test_wide_switches_reject_bad_values(
+    name: str, value: str, device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of range, a split that does not divide K's chunks (576 / 64 = 9 chunks: 5 does not)
+    and an unknown kernel name are refused, naming the switch."""
+    monkeypatch.setenv("VGRAPH_GEMV", "wide")
+    monkeypatch.setenv(name, value)
+    c = Case("SmolLM2-135M", 4, torch.bfloat16, device)
+    with pytest.raises(RuntimeError, match=name):
+        run_gate_up(c, 32)
+
+
+@pytest.mark.parametrize("device", [CUDA])
 def test_max_tokens_switch_replaces_the_table(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """VGRAPH_GEMV_MAX_TOKENS_GATE_UP=0 sends the op's calls without max_gemv_tokens to the unfused
     sequence at every shape (one token is fused by the table), =16 to a fused kernel."""
@@ -353,11 +415,20 @@ def test_mma_partial_row_tile(
 
 
 @pytest.mark.parametrize("device", [CUDA])
-def test_cuda_graph_chain_with_pdl_replays_new_inputs(device: str) -> None:
+@pytest.mark.parametrize("kernel", ["", "wide"])
+def test_cuda_graph_chain_with_pdl_replays_new_inputs(
+    kernel: str, device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A decoder layer's chain of the four ops (each launched with programmatic stream
-    serialization, waiting on its predecessor) in one CUDA graph, replayed with new inputs."""
-    dtype, num_tokens = torch.bfloat16, 4
-    c = Case("SmolLM2-135M", num_tokens, dtype, device)
+    serialization, waiting on its predecessor) in one CUDA graph, replayed with new inputs; with
+    the wide kernel also launched as clusters (Llama-3.2-1B's shapes split K) at 13 tokens."""
+    monkeypatch.setenv("VGRAPH_GEMV", kernel)
+    dtype, num_tokens = torch.bfloat16, 4 if kernel == "" else 13
+    shape = "SmolLM2-135M" if kernel == "" else "Llama-3.2-1B"
+    if kernel:  # every op fused at 13 tokens
+        for op in ("QKV", "RESIDUAL", "GATE_UP", "OUT", "NORM_OUT"):
+            monkeypatch.setenv(f"VGRAPH_GEMV_MAX_TOKENS_{op}", "32")
+    c = Case(shape, num_tokens, dtype, device)
     residual = torch.empty_like(c.residual)  # [T, hidden], the stream every op reads or writes
     positions = torch.empty_like(c.positions)
     qkv = torch.empty(num_tokens, c.n_qkv, dtype=dtype, device=device)
