@@ -36,7 +36,12 @@ and gate/up projections fused up to 16 tokens, on the wide tensor-core GEMV from
 VGRAPH_GEMV_WIDE_FROM_QKV / _GATE_UP), `wide_norm_head` (wide_norm, and the final norm + LM head
 likewise), `wide_gate_up` / `wide_qkv` (wide_norm for one of the two), `wide_norm_w4` (wide_norm
 with 4 tiles a CTA, VGRAPH_WIDE_WARPS=4), `wide_norm_late` (wide_norm, the wide kernel letting
-the next kernel start only after its loop, VGRAPH_WIDE_LATE_TRIGGER=1).
+the next kernel start only after its loop, VGRAPH_WIDE_LATE_TRIGGER=1, since the default),
+`wide_gate_up_late` / `wide_qkv_late` (likewise for one of the two), `wide_off` (the table's wide
+kernel off, VGRAPH_GEMV_WIDE_FROM_QKV / _GATE_UP=0: Qwen3-0.6B's path before it),
+`wide_off_llama` (wide_off with QKV fused up to 8 tokens and gate/up at one: Llama-3.2-1B's path
+before it; the switches apply to every shape), `wide_early` (the wide kernel letting the next
+kernel start at once, VGRAPH_WIDE_LATE_TRIGGER=0).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 
@@ -109,6 +114,11 @@ VARIANTS = (
     "wide_qkv",
     "wide_norm_w4",
     "wide_norm_late",
+    "wide_gate_up_late",
+    "wide_qkv_late",
+    "wide_off",
+    "wide_off_llama",
+    "wide_early",
 )
 GATE_UP16 = {"VGRAPH_GEMV_MAX_TOKENS_GATE_UP": "16"}
 ALL16 = GATE_UP16 | {"VGRAPH_GEMV_MAX_TOKENS_QKV": "16", "VGRAPH_GEMV_MAX_TOKENS_RESIDUAL": "16"}
@@ -120,6 +130,8 @@ WIDE_NORM = {
     "VGRAPH_GEMV_WIDE_FROM_QKV": "2",
     "VGRAPH_GEMV_WIDE_FROM_GATE_UP": "2",
 }
+# The table's wide kernel off (its fused ranges on the earlier kernels).
+WIDE_OFF = {"VGRAPH_GEMV_WIDE_FROM_QKV": "0", "VGRAPH_GEMV_WIDE_FROM_GATE_UP": "0"}
 # Switches the csrc ops read at each launch (so at capture): the variant's, while it starts.
 VARIANT_ENV = {
     "cuda_core": {"VGRAPH_GEMV": "cuda_core"},
@@ -153,6 +165,14 @@ VARIANT_ENV = {
     "wide_qkv": {k: v for k, v in WIDE_NORM.items() if "QKV" in k},
     "wide_norm_w4": WIDE_NORM | {"VGRAPH_WIDE_WARPS": "4"},
     "wide_norm_late": WIDE_NORM | {"VGRAPH_WIDE_LATE_TRIGGER": "1"},
+    "wide_gate_up_late": {k: v for k, v in WIDE_NORM.items() if "GATE_UP" in k}
+    | {"VGRAPH_WIDE_LATE_TRIGGER": "1"},
+    "wide_qkv_late": {k: v for k, v in WIDE_NORM.items() if "QKV" in k}
+    | {"VGRAPH_WIDE_LATE_TRIGGER": "1"},
+    "wide_off": WIDE_OFF,
+    "wide_off_llama": WIDE_OFF
+    | {"VGRAPH_GEMV_MAX_TOKENS_QKV": "8", "VGRAPH_GEMV_MAX_TOKENS_GATE_UP": "1"},
+    "wide_early": {"VGRAPH_WIDE_LATE_TRIGGER": "0"},
 }
 
 

@@ -70,6 +70,14 @@ using namespace gemv;  // NOLINT: this file is gemv's only client
 // chained, they loop 2.2-2.4 and 6-7 us a call faster, but in the decode step the GPU was busy 0,
 // 25 and 23 us longer with both looping than with neither, and 14 with the LM head alone
 // (2026-12-03-h200-gemv-loop, calls 1, 2, 4 and 3).
+// `wide_from`: the wide tensor-core kernel (decode_gemv_wide.cuh) for the norm projections of
+// Llama-3.2-1B and Qwen3-0.6B from two tokens on, where it took the decode step below the table's
+// earlier kernels (2026-12-03-h200-wide, call 6, each variant 300 steps in turns): Llama-3.2-1B
+// 1.031 / 1.032 / 1.079 / 1.187 ms at 2 / 4 / 8 / 12 tokens against 1.042 / 1.053 / 1.101 / 1.244,
+// and at 16 with gate/up alone on it 1.195 against 1.243 (QKV on it too: 1.216; Llama's gate/up
+// was fused at one token only before, its QKV up to 8); Qwen3-0.6B 1.287 / 1.318 against 1.337 /
+// 1.373 at 4 / 8 tokens, its fused limit (at 16 with both on it 1.557 against 1.505). SmolLM2-135M
+// keeps the earlier kernels, which beat the wide one per call at every token count (call 4).
 struct Threshold {
   Epilogue e;
   int64_t n, k, max_tokens, mma_from;
@@ -85,16 +93,16 @@ constexpr Threshold kThresholds[] = {
     {Epilogue::kStore, 49152, 576, 0, 1},
     {Epilogue::kNormStore, 49152, 576, 1, 2},
     // Llama-3.2-1B
-    {Epilogue::kQkvRope, 3072, 2048, 8, 2},
+    {Epilogue::kQkvRope, 3072, 2048, 12, 2, true, 2},
     {Epilogue::kAddResidual, 2048, 2048, 16, 4},
-    {Epilogue::kSiluMul, 16384, 2048, 1, 2, false},
+    {Epilogue::kSiluMul, 16384, 2048, 16, 2, false, 2},
     {Epilogue::kAddResidual, 2048, 8192, 8, 2},
     {Epilogue::kStore, 128256, 2048, 2, 4},
     {Epilogue::kNormStore, 128256, 2048, 1, 2, false},
     // Qwen3-0.6B
-    {Epilogue::kQkvRope, 4096, 1024, 8, 2},
+    {Epilogue::kQkvRope, 4096, 1024, 8, 2, true, 2},
     {Epilogue::kAddResidual, 1024, 2048, 16, 4},
-    {Epilogue::kSiluMul, 6144, 1024, 8, 2},
+    {Epilogue::kSiluMul, 6144, 1024, 8, 2, true, 2},
     {Epilogue::kAddResidual, 1024, 3072, 16, 4},
     {Epilogue::kStore, 151936, 1024, 8, 1},
     {Epilogue::kNormStore, 151936, 1024, 1, 2},

@@ -20,7 +20,10 @@
 // once, by cp.async into shared memory (rows padded by 64 bytes, so the fragment loads below hit 32
 // distinct banks per quarter warp), and the residual values the epilogue adds. Each warp's loop
 // refills its ring kWideStages - 1 chunks ahead, waits for the chunk it takes and runs the chunk's
-// mma steps on the staged activations.
+// mma steps on the staged activations. Only after the loop (`griddepcontrol.launch_dependents`)
+// may the next kernel's CTAs start: let in at once, they took SM slots and HBM bandwidth from the
+// loop, and Llama-3.2-1B's decode step with gate/up on this kernel was 1-75 us slower at 2-16
+// tokens (2026-12-03-h200-wide, call 6).
 //
 // The norm ops. RMSNorm's 1 / rms needs every activation of the token, so normalizing before the
 // first mma step kept each CTA's weights waiting for a pass over its activations, a block-wide
@@ -337,9 +340,9 @@ bool wide_fits(const GemvArgs<T>& a) {
 template <typename T, int NT, Epilogue E>
 void launch_wide_nt(const GemvArgs<T>& args, cudaStream_t stream) {
   GemvArgs<T> a = args;
-  // VGRAPH_WIDE_LATE_TRIGGER=1: the next kernel may start only once the loop is done, not at once
+  // VGRAPH_WIDE_LATE_TRIGGER=0: the next kernel may start at once, not only once the loop is done
   // (comparisons; read at each launch).
-  a.wide_late_trigger = env_int("VGRAPH_WIDE_LATE_TRIGGER", 0, 0, 1) == 1;
+  a.wide_late_trigger = env_int("VGRAPH_WIDE_LATE_TRIGGER", 1, 0, 1) == 1;
   const WideShape w = wide_shape<T, E>(a, NT);
   const int tiles = mma_tiles<T, E>(a), blocks = (tiles + w.warps - 1) / w.warps;
   const size_t smem = wide_smem<T, E>(NT, a.K / w.split, w.warps, w.split);

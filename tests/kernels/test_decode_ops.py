@@ -5,8 +5,9 @@ the op's own unfused cuBLAS path (nearly bit-equal: only the fp32 summation orde
 token threshold, a chain of the ops captured in one CUDA graph (programmatic dependent launch
 inside) replayed with new inputs, at one token row pairs packed several to a CTA and grids
 looping over them (bit-equal to a CTA per pair), above 8 tokens the tensor-core kernel's launch
-split by tokens (bit-equal to whole column tiles), the switches' checks, and the ops under
-torch.compile. CPU always, CUDA under the `gpu` marker.
+split by tokens (bit-equal to whole column tiles), the wide tensor-core kernel (splits, tiles a
+CTA, the table's picks of it), the switches' checks, and the ops under torch.compile. CPU always,
+CUDA under the `gpu` marker.
 """
 
 from __future__ import annotations
@@ -362,7 +363,7 @@ def test_wide_kernel_splits_and_warps(
 @pytest.mark.parametrize(
     ("name", "value"),
     [("VGRAPH_WIDE_SPLIT", "9"), ("VGRAPH_WIDE_SPLIT", "5"), ("VGRAPH_WIDE_WARPS", "9"),
-     ("VGRAPH_WIDE_WARPS", "0x"), ("VGRAPH_GEMV", "tensor")],
+     ("VGRAPH_WIDE_WARPS", "0x"), ("VGRAPH_WIDE_LATE_TRIGGER", "2"), ("VGRAPH_GEMV", "tensor")],
 )  # fmt: skip
 def test_wide_switches_reject_bad_values(
     name: str, value: str, device: str, monkeypatch: pytest.MonkeyPatch
@@ -390,6 +391,28 @@ def test_max_tokens_switch_replaces_the_table(device: str, monkeypatch: pytest.M
     monkeypatch.setenv("VGRAPH_GEMV_MAX_TOKENS_GATE_UP", "33")
     with pytest.raises(RuntimeError, match="VGRAPH_GEMV_MAX_TOKENS_GATE_UP must be an integer in"):
         run_gate_up(c, None)
+
+
+@pytest.mark.parametrize("device", [CUDA])
+@pytest.mark.parametrize(("shape", "num_tokens"), [("Llama-3.2-1B", 4), ("Llama-3.2-1B", 16),
+                                                   ("Qwen3-0.6B", 8)])
+def test_table_sends_norm_projections_to_wide_kernel(
+    shape: str, num_tokens: int, device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The table's wide_from: Llama-3.2-1B's and Qwen3-0.6B's gate/up calls without
+    max_gemv_tokens run the wide kernel (bit-equal to VGRAPH_GEMV=wide, not to =mma, whose sums
+    run in another order), within tolerance of the float32 reference; where the kernel lets the
+    next one start (VGRAPH_WIDE_LATE_TRIGGER) changes no bit."""
+    c = Case(shape, num_tokens, torch.bfloat16, device)
+    table = run_gate_up(c, None)
+    assert rel_err(table, ref_gate_up(c)) < REL_TOL[torch.bfloat16]
+    monkeypatch.setenv("VGRAPH_WIDE_LATE_TRIGGER", "0")
+    torch.testing.assert_close(run_gate_up(c, None), table, rtol=0, atol=0)
+    monkeypatch.delenv("VGRAPH_WIDE_LATE_TRIGGER")
+    monkeypatch.setenv("VGRAPH_GEMV", "wide")
+    torch.testing.assert_close(run_gate_up(c, 16), table, rtol=0, atol=0)
+    monkeypatch.setenv("VGRAPH_GEMV", "mma")
+    assert not torch.equal(run_gate_up(c, 16), table)
 
 
 @pytest.mark.parametrize("device", [CUDA])
