@@ -17,10 +17,10 @@ echo "kernels rc=$? in $((SECONDS-t0)) s"; grep -A24 "^per call" $o/kernels.log 
 cd $OUT && tar czf results.tgz r; cd - > /dev/null
 ab() {  # name, models, variants, bench args
   local name=$1 models=$2 variants=$3; shift 3; local t0=$SECONDS
-  timeout 150 python3 benchmarks/bench_decode_step_ab.py --out-dir $o/$name --models $models --variants $variants -- --modes FULL "$@" > $o/$name.log 2>&1
+  timeout "$T" python3 benchmarks/bench_decode_step_ab.py --out-dir $o/$name --models $models --variants $variants -- --modes FULL "$@" > $o/$name.log 2>&1
   echo "$name rc=$? in $((SECONDS-t0)) s"; grep -A8 "^decode step, median" $o/$name.log; grep -E "decode_(4|16) " $o/$name.log | cut -c1-200
 }
-ab llama Llama-3.2-1B "fused wide_norm wide_gate_up wide_qkv wide_norm_w4 wide_norm_late" --batch-sizes 4 16
+T=220 ab llama Llama-3.2-1B "fused wide_norm wide_gate_up wide_qkv wide_norm_w4 wide_norm_late" --batch-sizes 4 16
 cd $OUT && tar czf results.tgz r; cd - > /dev/null
-ab qwen Qwen3-0.6B "fused wide_norm wide_gate_up wide_norm_late" --batch-sizes 16
+T=140 ab qwen Qwen3-0.6B "fused wide_norm wide_gate_up wide_norm_late" --batch-sizes 16
 cd $OUT && tar czf results.tgz r && rm -rf r
