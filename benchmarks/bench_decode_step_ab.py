@@ -41,7 +41,9 @@ the next kernel start only after its loop, VGRAPH_WIDE_LATE_TRIGGER=1, since the
 kernel off, VGRAPH_GEMV_WIDE_FROM_QKV / _GATE_UP=0: Qwen3-0.6B's path before it),
 `wide_off_llama` (wide_off with QKV fused up to 8 tokens and gate/up at one: Llama-3.2-1B's path
 before it; the switches apply to every shape), `wide_early` (the wide kernel letting the next
-kernel start at once, VGRAPH_WIDE_LATE_TRIGGER=0).
+kernel start at once, VGRAPH_WIDE_LATE_TRIGGER=0), `wide_gate_up_from2` (gate/up on the wide
+kernel from 2 tokens, VGRAPH_GEMV_WIDE_FROM_GATE_UP=2: Llama-3.2-1B's one token on CUDA cores;
+the switch applies to every shape).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 
@@ -119,6 +121,7 @@ VARIANTS = (
     "wide_off",
     "wide_off_llama",
     "wide_early",
+    "wide_gate_up_from2",
 )
 GATE_UP16 = {"VGRAPH_GEMV_MAX_TOKENS_GATE_UP": "16"}
 ALL16 = GATE_UP16 | {"VGRAPH_GEMV_MAX_TOKENS_QKV": "16", "VGRAPH_GEMV_MAX_TOKENS_RESIDUAL": "16"}
@@ -173,6 +176,7 @@ VARIANT_ENV = {
     "wide_off_llama": WIDE_OFF
     | {"VGRAPH_GEMV_MAX_TOKENS_QKV": "8", "VGRAPH_GEMV_MAX_TOKENS_GATE_UP": "1"},
     "wide_early": {"VGRAPH_WIDE_LATE_TRIGGER": "0"},
+    "wide_gate_up_from2": {"VGRAPH_GEMV_WIDE_FROM_GATE_UP": "2"},
 }
 
 

@@ -66,10 +66,10 @@ using namespace gemv;  // NOLINT: this file is gemv's only client
 // cuBLAS wins for all three. With its grid looping over the row pairs (2026-12-03-h200-gemv-loop,
 // call 1) the kernel takes 21.8 / 124.9 / 78.5 us, so Qwen3-0.6B's one token moved to it too.
 // `loop`: whether the one-token CUDA-core kernel may loop a smaller grid over its row pairs
-// (loop_grid in decode_gemv.cuh). Llama-3.2-1B's gate/up and final norm + LM head may not: alone,
-// chained, they loop 2.2-2.4 and 6-7 us a call faster, but in the decode step the GPU was busy 0,
-// 25 and 23 us longer with both looping than with neither, and 14 with the LM head alone
-// (2026-12-03-h200-gemv-loop, calls 1, 2, 4 and 3).
+// (loop_grid in decode_gemv.cuh). Llama-3.2-1B's gate/up (since on the wide kernel, below) and
+// final norm + LM head may not: alone, chained, they loop 2.2-2.4 and 6-7 us a call faster, but
+// in the decode step the GPU was busy 0, 25 and 23 us longer with both looping than with
+// neither, and 14 with the LM head alone (2026-12-03-h200-gemv-loop, calls 1, 2, 4 and 3).
 // `wide_from`: the wide tensor-core kernel (decode_gemv_wide.cuh) for the norm projections of
 // Llama-3.2-1B and Qwen3-0.6B from two tokens on, where it took the decode step below the table's
 // earlier kernels (2026-12-03-h200-wide, call 6, each variant 300 steps in turns): Llama-3.2-1B
@@ -78,6 +78,9 @@ using namespace gemv;  // NOLINT: this file is gemv's only client
 // was fused at one token only before, its QKV up to 8); Qwen3-0.6B 1.287 / 1.318 against 1.337 /
 // 1.373 at 4 / 8 tokens, its fused limit (at 16 with both on it 1.557 against 1.505). SmolLM2-135M
 // keeps the earlier kernels, which beat the wide one per call at every token count (call 4).
+// Llama-3.2-1B's gate/up takes it at one token too: 18.3 us a call against 19.1 on CUDA cores
+// (call 4), and the batch-1 step 0.989 against 0.997 ms, 814 against 823 us busy (call 9, 500
+// steps a variant in turns).
 struct Threshold {
   Epilogue e;
   int64_t n, k, max_tokens, mma_from;
@@ -95,7 +98,7 @@ constexpr Threshold kThresholds[] = {
     // Llama-3.2-1B
     {Epilogue::kQkvRope, 3072, 2048, 12, 2, true, 2},
     {Epilogue::kAddResidual, 2048, 2048, 16, 4},
-    {Epilogue::kSiluMul, 16384, 2048, 16, 2, false, 2},
+    {Epilogue::kSiluMul, 16384, 2048, 16, 2, false, 1},
     {Epilogue::kAddResidual, 2048, 8192, 8, 2},
     {Epilogue::kStore, 128256, 2048, 2, 4},
     {Epilogue::kNormStore, 128256, 2048, 1, 2, false},
