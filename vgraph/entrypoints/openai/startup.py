@@ -29,9 +29,13 @@ def load_chat_template(value: str) -> str:
 
 def bind_socket(host: str, port: int) -> socket.socket:
     """Bind and listen before the model loads, so a busy port fails in a second (vLLM does the
-    same); OSError names the address."""
+    same); OSError names the address.
+
+    The protocol is IPPROTO_TCP, not 0: asyncio turns Nagle's algorithm off (TCP_NODELAY) only
+    on connections whose socket says TCP, and with it on, a streamed response's first chunk after
+    the headers waits for the client's delayed ACK (40 ms) on every keep-alive request."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
