@@ -57,19 +57,24 @@ sweep() { step "sweep_$1" timeout "${SWEEP_TIMEOUT:-300}" python3 -m vgraph.benc
   --num-iters 20 --num-warmup 2 --num-rounds 5 --out "$out/sweep_$1.json"; }
 
 # `vgraph serve` (engine core in its own process, the default mode: the script's in-process
-# setting does not reach it) driven by `vgraph bench serve` at concurrency 1: its median TPOT
-# against the batch-1 step of the latency benchmark is the engine's per-token overhead.
+# setting does not reach it) driven by `vgraph bench serve` at each of SERVE_CONCURRENCY
+# (default 1; 20 prompts, or 4 per concurrent request where that is more): its median TPOT at
+# concurrency 1 against the batch-1 step of the latency benchmark is the engine's per-token
+# overhead. SERVE_MODELS: the models served one after another (default SmolLM2-135M);
 # SERVE_ARGS: more `vgraph serve` flags (e.g. --async-scheduling); SERVE_TAG: a suffix of the
-# result files' names.
-serve() { local port=8011 name="$1${SERVE_TAG:-}" log="$out/serve_$1${SERVE_TAG:-}.log"
+# result files' names (serve_<model><tag>.json, _c<n> added above concurrency 1).
+serve() { local port=8011 name="$1${SERVE_TAG:-}" log="$out/serve_$1${SERVE_TAG:-}.log" c
   VGRAPH_ENABLE_MULTIPROCESSING=1 python3 -m vgraph.entrypoints.cli serve "$1" --load-format dummy --port $port \
     --max-model-len 2048 ${SERVE_ARGS:-} >"$log" 2>&1 & local pid=$!
   for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 1; done
-  step "serve_$name" timeout 180 python3 -m vgraph.entrypoints.cli bench serve \
-    --base-url "http://127.0.0.1:$port" --num-prompts 20 --dataset-name random \
-    --random-input-len 128 --random-output-len 256 --max-concurrency 1 \
-    --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,99 \
-    --result-dir "$out" --result-filename "serve_$name.json"
+  for c in ${SERVE_CONCURRENCY:-1}; do
+    local tag="$name"; [ "$c" = 1 ] || tag="${name}_c$c"
+    step "serve_$tag" timeout 180 python3 -m vgraph.entrypoints.cli bench serve \
+      --base-url "http://127.0.0.1:$port" --num-prompts $((c * 4 > 20 ? c * 4 : 20)) \
+      --dataset-name random --random-input-len 128 --random-output-len 256 \
+      --max-concurrency "$c" --percentile-metrics ttft,tpot,itl,e2el \
+      --metric-percentiles 50,90,99 --result-dir "$out" --result-filename "serve_$tag.json"
+  done
   kill -TERM $pid; wait $pid; }
 
 # vLLM's offline benchmarks under their vLLM names and meanings (default engine arguments: the
@@ -91,7 +96,7 @@ for s in ${STEPS:-ext tests smollm2 llama profile kernels}; do
     llama) latency Llama-3.2-1B ;;
     profile) step profile_smollm2 timeout 150 python3 tools/profile_step.py --model SmolLM2-135M \
       --batch 1 --modes FULL PIECEWISE --out "$out/profile_SmolLM2-135M_b1.json" ;;
-    serve) serve SmolLM2-135M ;;
+    serve) for m in ${SERVE_MODELS:-SmolLM2-135M}; do serve "$m"; done ;;
     prefix) step prefix_tests timeout "${TEST_TIMEOUT:-300}" python3 -m pytest -v \
         -p no:cacheprovider tests/gpu/test_cascade_gpu.py tests/kernels/test_cascade_attention.py
       step prefix_bench timeout 540 python3 benchmarks/bench_prefix_cache.py \
