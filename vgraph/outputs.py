@@ -36,6 +36,15 @@ class CompletionOutput:
     def finished(self) -> bool:
         return self.finish_reason is not None
 
+    def extend(self, newer: CompletionOutput) -> None:
+        """Append the next delta of the same sample (text, tokens, logprobs; its end wins)."""
+        self.text += newer.text
+        self.token_ids.extend(newer.token_ids)
+        if self.logprobs is not None and newer.logprobs is not None:
+            self.logprobs.extend(newer.logprobs)
+        self.cumulative_logprob = newer.cumulative_logprob
+        self.finish_reason, self.stop_reason = newer.finish_reason, newer.stop_reason
+
 
 @dataclass
 class RequestMetrics:
@@ -60,3 +69,19 @@ class RequestOutput:
     # per prompt token (None for the first, which nothing predicts): token id -> Logprob;
     # None unless SamplingParams.prompt_logprobs was set (complete once a token was generated)
     prompt_logprobs: list[dict[int, Logprob] | None] | None = None
+
+    def merge_delta(self, newer: RequestOutput) -> None:
+        """Fold the next delta output of the same request into this one, as if both had come in
+        one step: each sample's text, tokens and logprobs appended; the newer state wins."""
+        by_index = {c.index: c for c in self.outputs}
+        for comp in newer.outputs:
+            if comp.index in by_index:
+                by_index[comp.index].extend(comp)
+            else:
+                self.outputs.append(comp)
+                self.outputs.sort(key=lambda c: c.index)
+        self.finished = newer.finished
+        self.error = newer.error if newer.error is not None else self.error
+        self.metrics = newer.metrics
+        self.num_cached_tokens = newer.num_cached_tokens
+        self.prompt_logprobs = newer.prompt_logprobs

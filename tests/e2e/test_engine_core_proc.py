@@ -271,6 +271,47 @@ def test_async_llm_abort_frees_blocks_and_death(model_dir: str) -> None:
     asyncio.run(scenario())
 
 
+class FinishedEvent:
+    """A stat logger that sets an event once the output handler has seen a request finish."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def record(self, scheduler_stats: object, iteration: object) -> None:
+        if iteration.finish_reasons:
+            self.event.set()
+
+
+def test_a_consumer_that_falls_behind_gets_the_tokens_merged(model_dir: str) -> None:
+    """Through the engine core process: a stream not read until its request has finished in the
+    handler gets the rest in one output, with the same tokens and text as one read eagerly."""
+
+    def tokens_and_text(outs: list) -> tuple[list[int], str]:
+        comps = [c for o in outs for c in o.outputs]
+        return [t for c in comps for t in c.token_ids], "".join(c.text for c in comps)
+
+    async def scenario() -> None:
+        engine = AsyncLLM(create_engine_config(model_dir, **KW))
+        try:
+            params = greedy(24)
+            eager = [o async for o in engine.generate([5, 6, 7, 8], params, "eager")]
+            assert len(eager) >= 12  # one output a step (or close to it) while read at once
+            finished = FinishedEvent()
+            engine.stat_loggers.append(finished)
+            gen = engine.generate([5, 6, 7, 8], params, "late")
+            first = await gen.__anext__()
+            await asyncio.wait_for(finished.event.wait(), 120)
+            rest = [o async for o in gen]
+            assert len(rest) == 1 and rest[0].finished
+            assert rest[0].outputs[0].finish_reason == "length"
+            assert tokens_and_text([first, *rest]) == tokens_and_text(eager)
+            assert len(tokens_and_text(eager)[0]) == 24
+        finally:
+            engine.shutdown()
+
+    asyncio.run(scenario())
+
+
 class FakeAsyncClient:
     """The AsyncMPClient interface over a scripted core: every request gets one token a step."""
 

@@ -1,13 +1,16 @@
 """AsyncLLM: the asyncio frontend behind `vgraph serve`.
 
 1. generate(): validate and tokenize, fan out n samples, send EngineCoreRequests, then yield
-   delta RequestOutputs from the request's own queue until it finishes.
+   delta RequestOutputs from the request's own OutputCollector until it finishes.
 2. One output-handler task reads EngineCoreOutputs from the core client, runs the output
    processor (detokenize, stop strings) one engine output at a time, so a failure there ends only
-   its request, and routes each RequestOutput to its request's queue.
+   its request, and routes each RequestOutput to its request's collector. A collector holds one
+   output: the next is merged into it if the consumer has not taken it yet, so a consumer that
+   falls behind (many streams over fast steps) takes several tokens at once, never a backlog.
 3. A generator that is closed early (client disconnect, cancellation, an error) aborts its
    request in the core, which frees its KV blocks.
-4. Engine death (EngineDeadError from the client) is put into every queue; later calls raise it.
+4. Engine death (EngineDeadError from the client) is put into every collector; later calls raise
+   it.
 Per step it also builds IterationStats (tokens, TTFT, inter-token and end-to-end latencies) and
 hands them with the core's SchedulerStats to the stat loggers (the server's Prometheus metrics).
 """
@@ -54,6 +57,33 @@ class IterationStats:
     generation_lens: list[int] = field(default_factory=list)
 
 
+class OutputCollector:
+    """One request's delta outputs on their way from the output handler to its consumer.
+
+    put() never waits: an output that finds the previous one still there is merged into it
+    (RequestOutput.merge_delta), and an exception takes the place of whatever waits. get() waits
+    for something and takes it.
+    """
+
+    def __init__(self) -> None:
+        self.pending: RequestOutput | BaseException | None = None
+        self.ready = asyncio.Event()
+
+    def put(self, item: RequestOutput | BaseException) -> None:
+        if isinstance(self.pending, RequestOutput) and isinstance(item, RequestOutput):
+            self.pending.merge_delta(item)
+        elif not isinstance(self.pending, BaseException):
+            self.pending = item
+        self.ready.set()
+
+    async def get(self) -> RequestOutput | BaseException:
+        await self.ready.wait()
+        item, self.pending = self.pending, None
+        self.ready.clear()
+        assert item is not None
+        return item
+
+
 class StatLogger(Protocol):
     def record(self, scheduler_stats: SchedulerStats | None, iteration: IterationStats) -> None: ...
 
@@ -70,12 +100,12 @@ class RequestTimes:
 
 class AsyncLLM(FrontendBase):
     """Set-up, submit and abort are FrontendBase's (shared with LLMEngine); this class adds the
-    per-request queues and the output handler task."""
+    per-request output collectors and the output handler task."""
 
     def __init__(self, config: VGraphConfig, client: AsyncMPClient | None = None) -> None:
         super().__init__(config)
         self.client: AsyncMPClient = client or AsyncMPClient(config)
-        self.queues: dict[str, asyncio.Queue[RequestOutput | BaseException]] = {}
+        self.collectors: dict[str, OutputCollector] = {}
         self.times: dict[str, RequestTimes] = {}
         self.output_handler: asyncio.Task[None] | None = None
         self.dead_error: EngineDeadError | None = None
@@ -113,27 +143,26 @@ class AsyncLLM(FrontendBase):
         group_id: the user request this prompt belongs to (for fair scheduling)."""
         if self.dead_error is not None:
             raise self.dead_error
-        # the queue outlives the request in the output processor until the caller has the end
-        if request_id in self.queues:
+        # the collector outlives the request in the output processor until the caller has the end
+        if request_id in self.collectors:
             raise ValueError(f"request_id={request_id!r} is already in use")
         self.start_output_handler()
         if self.log_requests:
             logger.info("request %s: %d prompt tokens, params %s", request_id, len(ids), params)
-        queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
-        self.queues[request_id] = queue
+        collector = self.collectors[request_id] = OutputCollector()
         finished = False
         try:
             requests = self.submit(request_id, text, ids, params, OutputKind.DELTA, group_id)
             num_prompt_tokens = len(ids) * len(requests)
             self.times[request_id] = RequestTimes(requests[0].arrival_time, num_prompt_tokens)
             while not finished:
-                item = await queue.get()
+                item = await collector.get()
                 if isinstance(item, BaseException):
                     raise item
                 finished = item.finished
                 yield item
         finally:
-            self.queues.pop(request_id, None)
+            self.collectors.pop(request_id, None)
             self.times.pop(request_id, None)
             if not finished:  # cancelled, disconnected or failed: free its blocks in the core
                 self.abort(request_id)
@@ -172,9 +201,9 @@ class AsyncLLM(FrontendBase):
                     self.client.abort_requests(to_abort)
                     for ro in results:
                         self._record(ro, iteration, now)
-                        queue = self.queues.get(ro.request_id)
-                        if queue is not None:
-                            queue.put_nowait(ro)
+                        collector = self.collectors.get(ro.request_id)
+                        if collector is not None:
+                            collector.put(ro)
                 for stat_logger in self.stat_loggers:
                     stat_logger.record(self.scheduler_stats, iteration)
         except EngineDeadError as e:
@@ -220,17 +249,17 @@ class AsyncLLM(FrontendBase):
         parent = self.output_processor.child_to_parent.get(engine_request_id)
         if parent is None:
             return
-        queue = self.queues.get(parent.request_id)
+        collector = self.collectors.get(parent.request_id)
         self.abort(parent.request_id)
-        if queue is not None:
-            queue.put_nowait(RuntimeError(f"output processing failed: {error}"))
+        if collector is not None:
+            collector.put(RuntimeError(f"output processing failed: {error}"))
 
     def _fail_all(self, error: EngineDeadError) -> None:
         logger.error("engine is dead: %s", error)
         self.dead_error = error
         self._dead.set()
-        for queue in self.queues.values():
-            queue.put_nowait(error)
+        for collector in self.collectors.values():
+            collector.put(error)
 
     def shutdown(self) -> None:
         if self.output_handler is not None:
