@@ -394,8 +394,10 @@ def test_max_tokens_switch_replaces_the_table(device: str, monkeypatch: pytest.M
 
 
 @pytest.mark.parametrize("device", [CUDA])
-@pytest.mark.parametrize(("shape", "num_tokens"), [("Llama-3.2-1B", 1), ("Llama-3.2-1B", 4),
-                                                   ("Llama-3.2-1B", 16), ("Qwen3-0.6B", 8)])
+@pytest.mark.parametrize(
+    ("shape", "num_tokens"),
+    [("Llama-3.2-1B", 1), ("Llama-3.2-1B", 4), ("Llama-3.2-1B", 16), ("Qwen3-0.6B", 8)],
+)
 def test_table_sends_norm_projections_to_wide_kernel(
     shape: str, num_tokens: int, device: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
