@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import httpx
+import msgspec
 import numpy as np
 
 
@@ -115,22 +116,29 @@ async def send_request(
             if resp.status_code != 200:
                 res.error = f"HTTP {resp.status_code}: {(await resp.aread())[:200]!r}"
                 return res
-            async for line in resp.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                chunk = json.loads(line[len("data: ") :])
-                if "error" in chunk:
-                    res.error = chunk["error"].get("message", "error")
-                    return res
+            # SSE events split from the raw bytes (an event may span reads) and decoded by
+            # msgspec: less client work per event than httpx's text line iterator and
+            # json.loads, for one process reading many streams. The events of one read arrived
+            # together: they share its timestamp.
+            pending = b""
+            async for data in resp.aiter_bytes():
                 now = time.perf_counter()
-                if chunk.get("choices"):
-                    if res.ttft == 0.0:
-                        res.ttft = now - start
-                    else:
-                        res.itl.append(now - last)
-                    last = now
-                if chunk.get("usage"):
-                    res.output_tokens = chunk["usage"]["completion_tokens"]
+                *events, pending = (pending + data).replace(b"\r\n", b"\n").split(b"\n\n")
+                for event in events:
+                    if not event.startswith(b"data: ") or event == b"data: [DONE]":
+                        continue
+                    chunk = msgspec.json.decode(event[len(b"data: ") :])
+                    if "error" in chunk:
+                        res.error = chunk["error"].get("message", "error")
+                        return res
+                    if chunk.get("choices"):
+                        if res.ttft == 0.0:
+                            res.ttft = now - start
+                        else:
+                            res.itl.append(now - last)
+                        last = now
+                    if chunk.get("usage"):
+                        res.output_tokens = chunk["usage"]["completion_tokens"]
         res.e2e = time.perf_counter() - start
         res.success = True
     except (httpx.HTTPError, ValueError) as e:
