@@ -43,7 +43,10 @@ kernel off, VGRAPH_GEMV_WIDE_FROM_QKV / _GATE_UP=0: Qwen3-0.6B's path before it)
 before it; the switches apply to every shape), `wide_early` (the wide kernel letting the next
 kernel start at once, VGRAPH_WIDE_LATE_TRIGGER=0), `wide_gate_up_from2` (gate/up on the wide
 kernel from 2 tokens, VGRAPH_GEMV_WIDE_FROM_GATE_UP=2: Llama-3.2-1B's one token on CUDA cores;
-the switch applies to every shape).
+the switch applies to every shape), `pairs2` / `pairs4` (the one-token CUDA-core GEMV with 2 / 4
+row pairs a CTA at every shape, each on its own warps, VGRAPH_GEMV_PAIRS: fewer, fuller CTAs),
+`pairs4_small1` (pairs4, small matrices looping at 1 CTA an SM), `pack_off` (no shape packs
+row pairs by the table's `pack`, VGRAPH_GEMV_PACK=0: SmolLM2-135M's path before 2026-12-04).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 
@@ -122,6 +125,10 @@ VARIANTS = (
     "wide_off_llama",
     "wide_early",
     "wide_gate_up_from2",
+    "pairs2",
+    "pairs4",
+    "pairs4_small1",
+    "pack_off",
 )
 GATE_UP16 = {"VGRAPH_GEMV_MAX_TOKENS_GATE_UP": "16"}
 ALL16 = GATE_UP16 | {"VGRAPH_GEMV_MAX_TOKENS_QKV": "16", "VGRAPH_GEMV_MAX_TOKENS_RESIDUAL": "16"}
@@ -177,6 +184,10 @@ VARIANT_ENV = {
     | {"VGRAPH_GEMV_MAX_TOKENS_QKV": "8", "VGRAPH_GEMV_MAX_TOKENS_GATE_UP": "1"},
     "wide_early": {"VGRAPH_WIDE_LATE_TRIGGER": "0"},
     "wide_gate_up_from2": {"VGRAPH_GEMV_WIDE_FROM_GATE_UP": "2"},
+    "pairs2": {"VGRAPH_GEMV_PAIRS": "2"},
+    "pairs4": {"VGRAPH_GEMV_PAIRS": "4"},
+    "pairs4_small1": {"VGRAPH_GEMV_PAIRS": "4", "VGRAPH_GEMV_SMALL_CTAS_PER_SM": "1"},
+    "pack_off": {"VGRAPH_GEMV_PACK": "0"},
 }
 
 

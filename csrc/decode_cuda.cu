@@ -81,18 +81,23 @@ using namespace gemv;  // NOLINT: this file is gemv's only client
 // Llama-3.2-1B's gate/up takes it at one token too: 18.3 us a call against 19.1 on CUDA cores
 // (call 4), and the batch-1 step 0.989 against 0.997 ms, 814 against 823 us busy (call 9, 500
 // steps a variant in turns).
+// `pack`: at one token the CUDA-core kernel gives a CTA as many one-warp row pairs as fit (4 for
+// SmolLM2-135M's K of 576 and 1,536's 2) rather than one: SmolLM2-135M's batch-1 step was 393
+// against 416 us busy, timed in turns (2026-12-04-h200-arrival, call 7). Llama-3.2-1B's (2 a CTA)
+// was within the spread (813 against 815 us), so its entries keep the earlier rule.
 struct Threshold {
   Epilogue e;
   int64_t n, k, max_tokens, mma_from;
   bool loop = true;
   int64_t wide_from = 0;  // the token count from which the wide tensor-core kernel runs; 0: never
+  bool pack = false;      // at one token, as many row pairs a CTA as fit (pairs_per_cta)
 };
 constexpr Threshold kThresholds[] = {
     // SmolLM2-135M
-    {Epilogue::kQkvRope, 960, 576, 16, 4},
-    {Epilogue::kAddResidual, 576, 576, 16, 4},
-    {Epilogue::kSiluMul, 3072, 576, 32, 2},
-    {Epilogue::kAddResidual, 576, 1536, 32, 2},
+    {Epilogue::kQkvRope, 960, 576, 16, 4, true, 0, true},
+    {Epilogue::kAddResidual, 576, 576, 16, 4, true, 0, true},
+    {Epilogue::kSiluMul, 3072, 576, 32, 2, true, 0, true},
+    {Epilogue::kAddResidual, 576, 1536, 32, 2, true, 0, true},
     {Epilogue::kStore, 49152, 576, 0, 1},
     {Epilogue::kNormStore, 49152, 576, 1, 2},
     // Llama-3.2-1B
@@ -189,6 +194,8 @@ void launch_fused(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream) {
   const Threshold* t = find_threshold(E, a.N, a.K);
   // VGRAPH_GEMV_LOOP=0 / 1 forbids / allows it at every shape (comparisons; read at each launch).
   args.may_loop = env_int("VGRAPH_GEMV_LOOP", t == nullptr || t->loop ? 1 : 0, 0, 1) == 1;
+  // VGRAPH_GEMV_PACK=0 / 1 forbids / allows the table's packing at every shape (comparisons).
+  args.pack_pairs = env_int("VGRAPH_GEMV_PACK", t != nullptr && t->pack ? 1 : 0, 0, 1) == 1;
   launch_gemv<T, E>(args, num_pairs, stream);
 }
 

@@ -525,17 +525,19 @@ inline int gemv_threads(int num_tokens, int k) {
 }
 
 // Row pairs per CTA, each on `threads` threads of its own: at one token, where a CTA per pair would
-// put more than kPairCtasPerSm CTAs on each SM (the LM heads, Llama-3.2-1B's gate/up), as many as
-// fit kThreads, so the block scheduler issues fewer, fuller CTAs; else one.
+// put more than kPairCtasPerSm CTAs on each SM (the LM heads, Llama-3.2-1B's gate/up) or the
+// per-shape table says so (`pack`), as many as fit kThreads, so the block scheduler issues fewer,
+// fuller CTAs; else one. SmolLM2-135M's projections pack (4 one-warp pairs a CTA): its batch-1
+// decode step was 393 against 416 us busy (benchmarks/results/2026-12-04-h200-arrival, call 7).
 // VGRAPH_GEMV_PAIRS=n caps it at n instead (comparisons; read at each launch, so a graph keeps what
 // it was captured with).
 constexpr int kPairCtasPerSm = 8;
-inline int pairs_per_cta(int num_tokens, int threads, int num_pairs) {
+inline int pairs_per_cta(int num_tokens, int threads, int num_pairs, bool pack) {
   if (num_tokens > 1) return 1;
   const int fit = kThreads / threads;
   const int cap = env_int("VGRAPH_GEMV_PAIRS", 0, 0, kThreads / 32);  // 0: the rule below
   if (cap > 0) return std::min(fit, cap);
-  return num_pairs > kPairCtasPerSm * num_sms() ? fit : 1;
+  return pack || num_pairs > kPairCtasPerSm * num_sms() ? fit : 1;
 }
 
 // The looping kernel's grid for `groups` pair groups on CTAs of `block` threads over a matrix of
@@ -569,7 +571,7 @@ void launch_mt(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream) {
   GemvArgs<T> args = a;
   const int threads = gemv_threads(a.num_tokens, a.K);
   args.num_pairs = num_pairs;
-  args.pairs_per_cta = pairs_per_cta(a.num_tokens, threads, num_pairs);
+  args.pairs_per_cta = pairs_per_cta(a.num_tokens, threads, num_pairs, a.pack_pairs);
   const int block = threads * args.pairs_per_cta;
   const int groups = (num_pairs + args.pairs_per_cta - 1) / args.pairs_per_cta;
   cudaLaunchAttribute attr[1];

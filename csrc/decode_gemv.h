@@ -47,6 +47,9 @@ struct GemvArgs {
   // table); set by its launcher, the row pairs (the grid's work) and how many of them a CTA takes,
   // each on its own whole warps (more than one only at one token).
   bool may_loop;
+  // CUDA-core kernel: whether a CTA takes as many row pairs as fit it at one token whatever the
+  // grid's size (the op's per-shape table; else only where a CTA per pair would overfill the SMs).
+  bool pack_pairs;
   int num_pairs, pairs_per_cta;
   // Wide kernel: whether it lets the next kernel start only after its loop (set by its launcher).
   bool wide_late_trigger;

@@ -232,10 +232,11 @@ def test_row_pairs_packed_per_cta_and_looped_are_bit_equal(
 ) -> None:
     """At one token the CUDA-core kernel may give a CTA several row pairs, each on warps of its
     own, and where its CTAs exceed one wave (or cover a small matrix) a smaller grid loops over
-    them. Every packing (VGRAPH_GEMV_PAIRS caps it) and loop grid (VGRAPH_GEMV_CTAS_PER_SM caps
-    its CTAs an SM, 0 turns it off; VGRAPH_GEMV_SMALL_MIB and VGRAPH_GEMV_SMALL_CTAS_PER_SM set
-    the small matrices' rule, VGRAPH_GEMV_LOOP=1 allows it where the per-shape table does not),
-    the launcher's own choices included, writes the bits of a CTA per pair, also where the last
+    them. Every packing (VGRAPH_GEMV_PAIRS caps it, VGRAPH_GEMV_PACK=1 packs at every shape) and
+    loop grid (VGRAPH_GEMV_CTAS_PER_SM caps its CTAs an SM, 0 turns it off; VGRAPH_GEMV_SMALL_MIB
+    and VGRAPH_GEMV_SMALL_CTAS_PER_SM set the small matrices' rule, VGRAPH_GEMV_LOOP=1 allows it
+    where the per-shape table does not), the launcher's own choices included (the table's packing
+    for SmolLM2-135M's shapes), writes the bits of a CTA per pair, also where the last
     CTA has spare pair slots (N = 4101: 2051 pairs), nothing past N, and where K spans several
     chunks, the last one partial."""
     monkeypatch.setenv("VGRAPH_GEMV", "cuda_core")
@@ -262,9 +263,11 @@ def test_row_pairs_packed_per_cta_and_looped_are_bit_equal(
     assert rel_err(one_pair[0][:, :4101], ref) < REL_TOL[dtype]
     ref = long_x.float() @ long_w.float().T + c.residual[:, :1].float()
     assert rel_err(one_pair[1], ref) < REL_TOL[dtype]
-    variants = [(p, c, "", "") for p in ("2", "3", "4", "") for c in ("0", "1", "3", "")]
-    variants += [("", "", mib, ctas) for mib in ("0", "64") for ctas in ("1", "3")]
-    for pairs, ctas, small_mib, small_ctas in variants:  # "": the launcher's choice
+    variants = [(p, c, "", "", "") for p in ("2", "3", "4", "") for c in ("0", "1", "3", "")]
+    variants += [("", "", mib, ctas, "") for mib in ("0", "64") for ctas in ("1", "3")]
+    variants += [("", c, "", "", "1") for c in ("0", "")]  # packed at every shape
+    for pairs, ctas, small_mib, small_ctas, pack in variants:  # "": the launcher's choice
+        monkeypatch.setenv("VGRAPH_GEMV_PACK", pack)
         monkeypatch.setenv("VGRAPH_GEMV_PAIRS", pairs)
         monkeypatch.setenv("VGRAPH_GEMV_CTAS_PER_SM", ctas)  # 1: every op with more CTAs than SMs
         monkeypatch.setenv("VGRAPH_GEMV_LOOP", "1" if ctas in ("1", "3") else "")  # every shape
@@ -279,7 +282,8 @@ def test_row_pairs_packed_per_cta_and_looped_are_bit_equal(
     ("name", "value"),
     [("VGRAPH_GEMV_PAIRS", "5"), ("VGRAPH_GEMV_PAIRS", "x"), ("VGRAPH_GEMV_CTAS_PER_SM", "33"),
      ("VGRAPH_GEMV_CTAS_PER_SM", "-1"), ("VGRAPH_GEMV_SMALL_MIB", "1025"),
-     ("VGRAPH_GEMV_SMALL_CTAS_PER_SM", "0"), ("VGRAPH_GEMV_LOOP", "2")],
+     ("VGRAPH_GEMV_SMALL_CTAS_PER_SM", "0"), ("VGRAPH_GEMV_LOOP", "2"),
+     ("VGRAPH_GEMV_PACK", "2")],
 )  # fmt: skip
 def test_gemv_switches_reject_bad_values(
     name: str, value: str, device: str, monkeypatch: pytest.MonkeyPatch
