@@ -56,6 +56,10 @@ def parse_args() -> argparse.Namespace:
 def start(model: str, async_scheduling: bool, args: argparse.Namespace) -> EngineCore:
     steps = args.num_warmup + args.num_iters
     per_req = cdiv(args.context_len + steps, BLOCK_SIZE) + 1
+    max_model_len = 2 * (args.context_len + steps)
+    # every request of the largest batch, and at least one request of max_model_len (the
+    # scheduler refuses a cache smaller than that)
+    num_blocks = max(max(args.batch_sizes) * per_req, cdiv(max_model_len, BLOCK_SIZE)) + 8
     cc: dict[str, Any] = {"cudagraph_mode": args.mode}
     if args.capture_sizes:
         cc["cudagraph_capture_sizes"] = args.capture_sizes
@@ -64,8 +68,8 @@ def start(model: str, async_scheduling: bool, args: argparse.Namespace) -> Engin
         load_format=args.load_format,
         block_size=BLOCK_SIZE,
         max_num_seqs=max(max(args.batch_sizes), 8),
-        max_model_len=2 * (args.context_len + steps),
-        num_gpu_blocks_override=max(args.batch_sizes) * per_req + 8,
+        max_model_len=max_model_len,
+        num_gpu_blocks_override=num_blocks,
         enable_prefix_caching=False,
         compilation_config=cc,
         async_scheduling=async_scheduling,
