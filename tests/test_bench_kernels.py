@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vgraph.bench.kernels import kernel_family, summarize_kernels, wall_times
+from vgraph.bench.kernels import kernel_family, short_name, summarize_kernels, wall_times
 
 
 @pytest.mark.parametrize(
@@ -56,3 +56,28 @@ def test_summary_with_spans_splits_the_busy_time_by_family() -> None:
     assert s["busy_us_per_step"] == 6.0
     assert s["families"]["attention"]["wall_us"] == 5.0
     assert s["families"]["matmul"] == {"kernels": 1.0, "us": 4.0, "wall_us": 1.0}
+
+
+def test_short_name_drops_arguments_and_keeps_template_arguments() -> None:
+    name = (
+        "void vgraph::gemv::gemv_kernel<c10::BFloat16, 1, (vgraph::gemv::Epilogue)3>"
+        "(vgraph::gemv::GemvArgs<c10::BFloat16>)"
+    )
+    kept = "vgraph::gemv::gemv_kernel<c10::BFloat16, 1, (vgraph::gemv::Epilogue)3>"
+    assert short_name(name) == kept
+    assert short_name("nvjet_hsh_64x8_v_bz_splitK_TNT") == "nvjet_hsh_64x8_v_bz_splitK_TNT"
+    attention = "void vgraph::(anonymous namespace)::paged_attention_kernel<float, 64, 1>(Params)"
+    assert short_name(attention) == "vgraph::{anonymous}::paged_attention_kernel<float, 64, 1>"
+
+
+def test_summary_lists_the_first_step_in_start_order_with_walls() -> None:
+    # two steps of two kernels; the second kernel of each starts under the first (PDL)
+    kernels = [("b_kernel(int)", 3.0), ("a_kernel(int)", 4.0)] * 2
+    spans = [(2.0, 5.0), (0.0, 4.0), (12.0, 15.0), (10.0, 14.0)]
+    s = summarize_kernels(kernels, num_steps=2, spans=spans)
+    assert s["sequence"] == [
+        {"name": "a_kernel", "us": 4.0, "wall_us": 4.0},
+        {"name": "b_kernel", "us": 3.0, "wall_us": 1.0},
+    ]
+    walls = {e["name"]: e["wall_us"] for e in s["top"]}
+    assert walls == {"a_kernel(int)": 4.0, "b_kernel(int)": 1.0}

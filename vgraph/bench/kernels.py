@@ -60,15 +60,47 @@ def wall_times(spans: list[tuple[float, float]]) -> list[float]:
     return out
 
 
+def short_name(name: str) -> str:
+    """A kernel's name without its argument list and return type (its template arguments stay:
+    they tell the epilogues and tile sizes apart)."""
+    name = name.replace("(anonymous namespace)", "{anonymous}")
+    depth = 0
+    for i, ch in enumerate(name):  # the first "(" outside template brackets opens the arguments
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0 and i > 0:
+            name = name[:i]
+            break
+    return name.removeprefix("void ").strip()
+
+
+def step_sequence(
+    kernels: list[tuple[str, float]], spans: list[tuple[float, float]], num_steps: int
+) -> list[dict[str, Any]]:
+    """The first step's kernels in the order they started: short name, duration, and busy share
+    (wall_times), so a step's time can be read kernel by kernel."""
+    per_step = len(kernels) // num_steps
+    order = sorted(range(len(spans)), key=lambda i: spans[i][0])[:per_step]
+    walls = wall_times([spans[i] for i in order])
+    return [
+        {"name": short_name(kernels[i][0]), "us": kernels[i][1], "wall_us": wall}
+        for i, wall in zip(order, walls)
+    ]
+
+
 def summarize_kernels(
     kernels: list[tuple[str, float]],  # (kernel name, GPU microseconds) of every launch
     num_steps: int,
     spans: list[tuple[float, float]] | None = None,  # (start, end) us of each, same order
 ) -> dict[str, Any]:
     """Per-step kernel count and GPU time, by family and for the 10 largest kernels; with spans,
-    also each family's share of the busy time (wall_times) and the busy time per step."""
+    also each family's and each of those kernels' share of the busy time (wall_times), the busy
+    time per step, and the first step's kernels in order (step_sequence)."""
     count: Counter[str] = Counter()
     time_us: defaultdict[str, float] = defaultdict(float)
+    wall_us: defaultdict[str, float] = defaultdict(float)
     fam_count: Counter[str] = Counter()
     fam_us: defaultdict[str, float] = defaultdict(float)
     fam_wall: defaultdict[str, float] = defaultdict(float)
@@ -76,6 +108,7 @@ def summarize_kernels(
     for (name, us), wall in zip(kernels, walls):
         count[name] += 1
         time_us[name] += us
+        wall_us[name] += wall
         family = kernel_family(name)
         fam_count[family] += 1
         fam_us[family] += us
@@ -96,6 +129,9 @@ def summarize_kernels(
     }
     if spans is not None:
         out["busy_us_per_step"] = sum(walls) / num_steps
+        for entry in out["top"]:
+            entry["wall_us"] = wall_us[entry["name"]] / num_steps
+        out["sequence"] = step_sequence(kernels, spans, num_steps)
     return out
 
 
