@@ -46,7 +46,15 @@ kernel from 2 tokens, VGRAPH_GEMV_WIDE_FROM_GATE_UP=2: Llama-3.2-1B's one token 
 the switch applies to every shape), `pairs2` / `pairs4` (the one-token CUDA-core GEMV with 2 / 4
 row pairs a CTA at every shape, each on its own warps, VGRAPH_GEMV_PAIRS: fewer, fuller CTAs),
 `pairs4_small1` (pairs4, small matrices looping at 1 CTA an SM), `pack_off` (no shape packs
-row pairs by the table's `pack`, VGRAPH_GEMV_PACK=0: SmolLM2-135M's path before 2026-12-04).
+row pairs by the table's `pack`, VGRAPH_GEMV_PACK=0: SmolLM2-135M's path before 2026-12-04),
+`norm_scaled` / `norm_first` (the CUDA-core and tensor-core kernels' norm ops scale the sums by
+1 / rms / normalize x first at every shape, VGRAPH_GEMV_NORM_SCALED=1 / 0), `pdl_max4` /
+`pdl_max16` / `pdl_max48` (GEMVs over more than 4 / 16 / 48 MiB of weights launched without
+programmatic stream serialization, VGRAPH_PDL_MAX_MIB), `head_wide` / `head_mma` (the final
+norm + LM head fused up to 16 tokens, on the wide tensor-core kernel from 2 tokens / on the
+table's kernel, VGRAPH_GEMV_MAX_TOKENS_NORM_OUT and VGRAPH_GEMV_WIDE_FROM_NORM_OUT), `qkv_wide1`
+(the QKV projection on the wide kernel from one token, VGRAPH_GEMV_WIDE_FROM_QKV=1; the
+switches apply to every shape).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 
@@ -129,6 +137,14 @@ VARIANTS = (
     "pairs4",
     "pairs4_small1",
     "pack_off",
+    "norm_scaled",
+    "norm_first",
+    "pdl_max4",
+    "pdl_max16",
+    "pdl_max48",
+    "head_wide",
+    "head_mma",
+    "qkv_wide1",
 )
 GATE_UP16 = {"VGRAPH_GEMV_MAX_TOKENS_GATE_UP": "16"}
 ALL16 = GATE_UP16 | {"VGRAPH_GEMV_MAX_TOKENS_QKV": "16", "VGRAPH_GEMV_MAX_TOKENS_RESIDUAL": "16"}
@@ -188,6 +204,14 @@ VARIANT_ENV = {
     "pairs4": {"VGRAPH_GEMV_PAIRS": "4"},
     "pairs4_small1": {"VGRAPH_GEMV_PAIRS": "4", "VGRAPH_GEMV_SMALL_CTAS_PER_SM": "1"},
     "pack_off": {"VGRAPH_GEMV_PACK": "0"},
+    "norm_scaled": {"VGRAPH_GEMV_NORM_SCALED": "1"},
+    "norm_first": {"VGRAPH_GEMV_NORM_SCALED": "0"},
+    "pdl_max4": {"VGRAPH_PDL_MAX_MIB": "4"},
+    "pdl_max16": {"VGRAPH_PDL_MAX_MIB": "16"},
+    "pdl_max48": {"VGRAPH_PDL_MAX_MIB": "48"},
+    "head_wide": {"VGRAPH_GEMV_MAX_TOKENS_NORM_OUT": "16", "VGRAPH_GEMV_WIDE_FROM_NORM_OUT": "2"},
+    "head_mma": {"VGRAPH_GEMV_MAX_TOKENS_NORM_OUT": "16"},
+    "qkv_wide1": {"VGRAPH_GEMV_WIDE_FROM_QKV": "1"},
 }
 
 

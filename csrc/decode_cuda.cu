@@ -18,11 +18,12 @@
 // residual are read after the wait, together (L1/L2 hits, every CTA reads the same [M, K]); fp32
 // accumulation; a warp-shuffle (+ shared-memory) reduction; thread m writes token m's two outputs.
 // The grid depends only on N and K, the block on K and the token count, the template on the padded
-// token count: graph-safe. Numerics: every rounding point of the unfused
-// layers is kept (normed = (x * inv_rms).to(dtype), weight * normed rounded, projection rounded,
-// then the epilogue in float32 rounded once), so results differ from the unfused path only by fp32
-// summation order; except the residual ops, whose unfused form is one GEMM accumulating into the
-// residual (beta = 1: no separate add launch) and so skips the projection's rounding.
+// token count: graph-safe. Numerics: the rounding points of the unfused layers are kept
+// (projection rounded, then the epilogue in float32 rounded once), so results differ from the
+// unfused path by fp32 summation order; except the residual ops, whose unfused form is one GEMM
+// accumulating into the residual (beta = 1: no separate add launch) and so skips the projection's
+// rounding, and the norm ops, which round norm_weight * x once and scale the sums by 1 / rms
+// (GemvArgs::norm_scaled) where RMSNorm rounds x * inv_rms, then its product with the weight.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -186,17 +187,30 @@ Kernel pick_kernel(Epilogue e, int64_t m, int64_t n, int64_t k, int64_t head_siz
 // The chosen fused kernel on a's shape (the wide kernel falls back to the tensor-core one where it
 // does not fit).
 template <typename T, Epilogue E>
-void launch_fused(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream) {
+void launch_fused(const GemvArgs<T>& call, int num_pairs, cudaStream_t stream) {
+  GemvArgs<T> a = call;
+  const Threshold* t = find_threshold(E, a.N, a.K);
+  // The norm ops scale the sums by 1 / rms (GemvArgs::norm_scaled) rather than normalize x before
+  // the first product: no pass over the activations and no reduction ahead of the dot products.
+  // SmolLM2-135M's decode step took 365 against 388 us of GPU time at one token, 554 against 577
+  // at 16; Llama-3.2-1B's (whose norm ops at 1 and 16 tokens are mostly on the wide kernel or
+  // unfused) moved within the spread (2026-12-04-h200-norm-scaled, call 1).
+  // Switches for comparisons, read at each launch (a graph keeps what it was captured with):
+  // VGRAPH_GEMV_NORM_SCALED=0 normalizes x first (RMSNorm's roundings) at every shape;
+  // VGRAPH_PDL_MAX_MIB=n launches a GEMV over more than n MiB of weights without programmatic
+  // stream serialization (Llama-3.2-1B's step lost 23-100 us with it at n = 48 / 16 / 4, call 1).
+  a.norm_scaled = env_int("VGRAPH_GEMV_NORM_SCALED", 1, 0, 1) == 1;
+  const int64_t weight_bytes = static_cast<int64_t>(a.N) * a.K * sizeof(T);
+  a.pdl = weight_bytes <= static_cast<int64_t>(env_int("VGRAPH_PDL_MAX_MIB", 1 << 20, 0, 1 << 20))
+                              << 20;
   const Kernel kernel = pick_kernel(E, a.num_tokens, a.N, a.K, a.head_size);
   if (kernel == Kernel::kWide && launch_gemv_wide<T, E>(a, stream)) return;
   if (kernel != Kernel::kCudaCore) return launch_gemv_mma<T, E>(a, stream);
-  GemvArgs<T> args = a;
-  const Threshold* t = find_threshold(E, a.N, a.K);
   // VGRAPH_GEMV_LOOP=0 / 1 forbids / allows it at every shape (comparisons; read at each launch).
-  args.may_loop = env_int("VGRAPH_GEMV_LOOP", t == nullptr || t->loop ? 1 : 0, 0, 1) == 1;
+  a.may_loop = env_int("VGRAPH_GEMV_LOOP", t == nullptr || t->loop ? 1 : 0, 0, 1) == 1;
   // VGRAPH_GEMV_PACK=0 / 1 forbids / allows the table's packing at every shape (comparisons).
-  args.pack_pairs = env_int("VGRAPH_GEMV_PACK", t != nullptr && t->pack ? 1 : 0, 0, 1) == 1;
-  launch_gemv<T, E>(args, num_pairs, stream);
+  a.pack_pairs = env_int("VGRAPH_GEMV_PACK", t != nullptr && t->pack ? 1 : 0, 0, 1) == 1;
+  launch_gemv<T, E>(a, num_pairs, stream);
 }
 
 template <typename T>

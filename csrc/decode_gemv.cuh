@@ -96,6 +96,23 @@ __device__ __forceinline__ uint4 norm8(const uint4& x, const uint4& weight, floa
   return out;
 }
 
+// weight * x for 8 elements, each product rounded once (the scaled-sums norm, GemvArgs::norm_scaled).
+template <typename T>
+__device__ __forceinline__ uint4 mul8(const uint4& x, const uint4& weight) {
+  return make_uint4(Pack<T>::mul2(weight.x, x.x), Pack<T>::mul2(weight.y, x.y),
+                    Pack<T>::mul2(weight.z, x.z), Pack<T>::mul2(weight.w, x.w));
+}
+
+// sum += x * x over 8 elements.
+template <typename T>
+__device__ __forceinline__ float add_squares8(const uint4& x, float sum) {
+  float f[8];
+  unpack8<T>(x, f);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) sum = fmaf(f[i], f[i], sum);
+  return sum;
+}
+
 template <typename T>
 __device__ __forceinline__ float round1(float v) {
   return static_cast<float>(static_cast<T>(v));
@@ -272,21 +289,20 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
   if (tid < m_count) epi_after_wait<T, E>(a, tid, row[0], row[1], true, valid1, in);
 
   // 3. RMSNorm prologue: 1 / rms of each token's row, reduced over the pair's threads (a one-warp
-  // pair needs no shared memory: the butterfly leaves the sum in every lane).
-  float inv_rms[MT];
-  if constexpr (kNorm) {
-    __shared__ float s_sq[kWarps][MT];
-    float sq[MT];
+  // pair needs no shared memory: the butterfly leaves the sum in every lane). With scaled sums
+  // the squares are summed in the dot products' pass instead and reduced with their sums (step 5).
+  const bool scaled = kNorm && a.norm_scaled;
+  __shared__ float s_sq[kWarps][MT];
+  float inv_rms[MT], sq[MT];
 #pragma unroll
-    for (int m = 0; m < MT; ++m) sq[m] = 0.f;
+  for (int m = 0; m < MT; ++m) sq[m] = 0.f, inv_rms[m] = 1.f;
+  if (kNorm && !scaled) {
     for (int k = tid; k < num_vecs; k += nt) {
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
         if (m < m_count) {
-          float f[VEC];
-          unpack8<T>(*reinterpret_cast<const uint4*>(a.x + m * a.x_stride + k * VEC), f);
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) sq[m] = fmaf(f[i], f[i], sq[m]);
+          sq[m] = add_squares8<T>(*reinterpret_cast<const uint4*>(a.x + m * a.x_stride + k * VEC),
+                                  sq[m]);
         }
       }
     }
@@ -332,7 +348,14 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
         if (m < m_count) {
           float xf[VEC];
           uint4 xv = *reinterpret_cast<const uint4*>(a.x + m * a.x_stride + k * VEC);
-          if constexpr (kNorm) xv = norm8<T>(xv, nw, inv_rms[m]);
+          if constexpr (kNorm) {
+            if (scaled) {
+              sq[m] = add_squares8<T>(xv, sq[m]);
+              xv = mul8<T>(xv, nw);
+            } else {
+              xv = norm8<T>(xv, nw, inv_rms[m]);
+            }
+          }
           unpack8<T>(xv, xf);
 #pragma unroll
           for (int r = 0; r < kRows; ++r) {
@@ -351,22 +374,27 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
   }
 
   // 5. Reduce over the pair's threads: warp shuffles, then one shared-memory row per warp (a
-  // one-warp pair: lane m keeps token m's sums).
+  // one-warp pair: lane m keeps token m's sums); with scaled sums the squares alongside.
   __shared__ float s_acc[kWarps][kRows][MT];
-  float y[kRows] = {0.f, 0.f};
+  float y[kRows] = {0.f, 0.f}, y_sq = 0.f;
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
+  for (int m = 0; m < MT; ++m) {
 #pragma unroll
-    for (int m = 0; m < MT; ++m) {
+    for (int r = 0; r < kRows; ++r) {
       const float s = warp_sum(acc[r][m]);
       if (num_warps == 1 && m == tid) y[r] = s;
       if (lane == 0) s_acc[cta_warp][r][m] = s;
+    }
+    if (scaled) {
+      const float s = warp_sum(sq[m]);
+      if (num_warps == 1 && m == tid) y_sq = s;
+      if (lane == 0) s_sq[cta_warp][m] = s;
     }
   }
   if (num_warps > 1) __syncthreads();
   if (tid >= m_count || !writes) return;
 
-  // 6. Epilogue: thread m writes token m's outputs.
+  // 6. Epilogue: thread m writes token m's outputs (scaled sums: times the token's 1 / rms).
   const int m = tid;
   if (num_warps > 1) {
 #pragma unroll
@@ -375,6 +403,14 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
       for (int i = 0; i < num_warps; ++i) s += s_acc[cta_warp - warp + i][r][m];
       y[r] = s;
     }
+    if (scaled) {
+      y_sq = 0.f;
+      for (int i = 0; i < num_warps; ++i) y_sq += s_sq[cta_warp - warp + i][m];
+    }
+  }
+  if (scaled) {
+    const float r = rsqrtf(y_sq / static_cast<float>(a.K) + a.eps);
+    y[0] *= r, y[1] *= r;
   }
   write_pair<T, E>(a, m, row[0], row[1], true, valid1, y[0], y[1], in);
 }
@@ -438,33 +474,37 @@ __global__ void __launch_bounds__(kThreads) gemv_loop_kernel(const GemvArgs<T> a
     const int k = v * nt + tid;
     xv[v] = k < num_vecs ? *reinterpret_cast<const uint4*>(a.x + k * VEC) : uint4{};
   }
+  // With scaled sums (GemvArgs::norm_scaled) the activations only take the norm weight's product,
+  // and the squares are reduced with the first group's sums, 1 / rms scaling each group's sums.
+  const bool scaled = kNorm && a.norm_scaled;
+  __shared__ float s_sq[kWarps];
+  float sq = 0.f, inv_rms = 1.f;
   if constexpr (kNorm) {
-    __shared__ float s_sq[kWarps];
-    float sq = 0.f;
 #pragma unroll
     for (int v = 0; v < kPreload; ++v) {
-      if (v * nt + tid < num_vecs) {
-        float f[VEC];
-        unpack8<T>(xv[v], f);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) sq = fmaf(f[i], f[i], sq);
+      if (v * nt + tid < num_vecs) sq = add_squares8<T>(xv[v], sq);
+    }
+    if (!scaled) {
+      sq = warp_sum(sq);
+      if (lane == 0) s_sq[cta_warp] = sq;
+      if (num_warps > 1) __syncthreads();
+      float s = sq;
+      if (num_warps > 1) {
+        s = 0.f;
+        for (int i = 0; i < num_warps; ++i) s += s_sq[cta_warp - warp + i];
       }
+      inv_rms = rsqrtf(s / static_cast<float>(a.K) + a.eps);
     }
-    sq = warp_sum(sq);
-    if (lane == 0) s_sq[cta_warp] = sq;
-    if (num_warps > 1) __syncthreads();
-    float s = sq;
-    if (num_warps > 1) {
-      s = 0.f;
-      for (int i = 0; i < num_warps; ++i) s += s_sq[cta_warp - warp + i];
-    }
-    const float inv_rms = rsqrtf(s / static_cast<float>(a.K) + a.eps);
     cp_async_wait<0>();  // this thread's s_nw slots
 #pragma unroll
     for (int v = 0; v < kPreload; ++v) {
-      if (v * nt + tid < num_vecs) xv[v] = norm8<T>(xv[v], s_nw[v * nt + tid], inv_rms);
+      if (v * nt + tid < num_vecs) {
+        xv[v] = scaled ? mul8<T>(xv[v], s_nw[v * nt + tid])
+                       : norm8<T>(xv[v], s_nw[v * nt + tid], inv_rms);
+      }
     }
   }
+  bool rms_pending = scaled;  // the squares' reduction, done with the first group's
 
   // The groups: the next one's loads first, then this one's dot products, reduction and epilogue
   // (group is CTA-uniform, so every thread reaches the barriers).
@@ -496,7 +536,20 @@ __global__ void __launch_bounds__(kThreads) gemv_loop_kernel(const GemvArgs<T> a
       y[r] = warp_sum(acc[r]);
       if (lane == 0) s_acc[parity][cta_warp][r] = y[r];
     }
+    if (rms_pending) {
+      sq = warp_sum(sq);
+      if (lane == 0) s_sq[cta_warp] = sq;
+    }
     if (num_warps > 1) __syncthreads();
+    if (rms_pending) {
+      float s = sq;
+      if (num_warps > 1) {
+        s = 0.f;
+        for (int i = 0; i < num_warps; ++i) s += s_sq[cta_warp - warp + i];
+      }
+      inv_rms = rsqrtf(s / static_cast<float>(a.K) + a.eps);
+      rms_pending = false;
+    }
     if (tid == 0 && cur.writes) {
       if (num_warps > 1) {
 #pragma unroll
@@ -506,6 +559,7 @@ __global__ void __launch_bounds__(kThreads) gemv_loop_kernel(const GemvArgs<T> a
           y[r] = s;
         }
       }
+      if (scaled) y[0] *= inv_rms, y[1] *= inv_rms;
       write_pair<T, E>(a, 0, cur.row[0], cur.row[1], true, cur.valid1, y[0], y[1], cur.in);
     }
     cur = next;
@@ -581,11 +635,11 @@ void launch_mt(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream) {
   const int loop =
       MT == 1 && one_chunk && a.may_loop ? loop_grid<T, E>(groups, block, weight_bytes) : 0;
   if (loop > 0) {
-    const cudaLaunchConfig_t cfg = pdl::launch_config(dim3(loop), dim3(block), 0, stream, attr);
+    const cudaLaunchConfig_t cfg = pdl::launch_config(dim3(loop), dim3(block), 0, stream, attr, a.pdl);
     C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_loop_kernel<T, E>, args));
     return;
   }
-  const cudaLaunchConfig_t cfg = pdl::launch_config(dim3(groups), dim3(block), 0, stream, attr);
+  const cudaLaunchConfig_t cfg = pdl::launch_config(dim3(groups), dim3(block), 0, stream, attr, a.pdl);
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<T, MT, E>, args));
 }
 

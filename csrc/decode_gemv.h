@@ -53,6 +53,13 @@ struct GemvArgs {
   int num_pairs, pairs_per_cta;
   // Wide kernel: whether it lets the next kernel start only after its loop (set by its launcher).
   bool wide_late_trigger;
+  // Norm ops of the CUDA-core and tensor-core kernels: the dot products take norm_weight * x
+  // (rounded once) and each token's sums are scaled by its 1 / rms after the reduction, the
+  // squares summed in the same pass (the wide kernel's way), instead of a pass that computes
+  // 1 / rms and normalizes x before the first product (RMSNorm's two roundings).
+  bool norm_scaled = false;
+  // Whether the launch has programmatic stream serialization (PDL), given that VGRAPH_PDL allows it.
+  bool pdl = true;
 };
 
 // The tensor-core kernel (decode_gemv_mma.cuh): a CTA computes a tile of 16 output rows (8 row

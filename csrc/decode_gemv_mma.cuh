@@ -146,9 +146,15 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
 
   // 3. RMSNorm prologue: each token's 1 / rms; warp w takes tokens w, w + W, ..., all of them in
   // one pass over K, so their loads are in flight together (a token after another would cost a
-  // round trip each).
+  // round trip each). With scaled sums (GemvArgs::norm_scaled) the mma steps take norm_weight * x
+  // and the squares are summed in the same pass (step 4), each token's sums scaled by its 1 / rms
+  // in the epilogue: no pass over the activations before the first mma.
+  const bool scaled = kNorm && a.norm_scaled;
   __shared__ float s_inv_rms[NT * 8];
-  if constexpr (kNorm) {
+  __shared__ float s_sq[kNorm ? 16 : 1][NT * 8];  // scaled: [warp][token], a warp's sums of squares
+  if (scaled) {
+    __syncthreads();  // s_nw
+  } else if constexpr (kNorm) {
     constexpr int kPerWarp = NT * 8 / 4;  // CTAs have at least 4 warps
     const int num_vecs = a.K / 8;
     float sq[kPerWarp];
@@ -178,14 +184,18 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     const int m = nt * 8 + g;
-    inv_rms[nt] = kNorm && m < m_count ? s_inv_rms[m] : 0.f;
+    inv_rms[nt] = kNorm && !scaled && m < m_count ? s_inv_rms[m] : 0.f;
   }
 
   // 4. The warp's chunks, each slot refilled once consumed: per column tile, the lane's 16 values
-  // of token g (normalized for the norm ops), then kMmaVecs * 2 mma steps.
-  float acc[NT][4];
+  // of token g (normalized, or times the norm weight with scaled sums, for the norm ops), then
+  // kMmaVecs * 2 mma steps.
+  float acc[NT][4], sq[NT];
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+  for (int nt = 0; nt < NT; ++nt) {
+    acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+    sq[nt] = 0.f;
+  }
   for (int j0 = 0; j0 < my_chunks; j0 += P) {
 #pragma unroll
     for (int s = 0; s < P; ++s) {
@@ -206,7 +216,13 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
           if (m < m_count) {
             xb = *reinterpret_cast<const uint4*>(x + m * a.x_stride + k + v * 32);
             if constexpr (kNorm) {
-              xb = norm8<T>(xb, *reinterpret_cast<const uint4*>(s_nw + k + v * 32), inv_rms[nt]);
+              const uint4 nw = *reinterpret_cast<const uint4*>(s_nw + k + v * 32);
+              if (scaled) {
+                sq[nt] = add_squares8<T>(xb, sq[nt]);
+                xb = mul8<T>(xb, nw);
+              } else {
+                xb = norm8<T>(xb, nw, inv_rms[nt]);
+              }
             }
           }
           Mma<T>::run(acc[nt], A0[v].x, A1[v].x, A0[v].y, A1[v].y, xb.x, xb.y);
@@ -228,6 +244,12 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
   for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) s_acc[(warp * NT * 4 + nt * 4 + e) * 32 + lane] = acc[nt][e];
+    if (scaled) {  // token g's squares over the warp's chunks: the lanes q = 0..3 hold them
+      float v = sq[nt];
+      v += __shfl_xor_sync(0xffffffffu, v, 1);
+      v += __shfl_xor_sync(0xffffffffu, v, 2);
+      if (q == 0) s_sq[warp][nt * 8 + g] = v;
+    }
   }
   __syncthreads();
 
@@ -243,6 +265,12 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
       y1 += s_acc[(w * NT * 4 + nt * 4 + 2 + t) * 32 + lane];
     }
     if (m >= m_count) continue;
+    if (scaled) {
+      float ss = 0.f;
+      for (int w = 0; w < num_warps; ++w) ss += s_sq[w][m];
+      const float r = rsqrtf(ss / static_cast<float>(a.K) + a.eps);
+      y0 *= r, y1 *= r;
+    }
     if constexpr (E == Epilogue::kQkvRope) in.c = s_epi[m][g].x, in.s = s_epi[m][g].y;
     if constexpr (E == Epilogue::kAddResidual) in.r0 = s_epi[m][g].x, in.r1 = s_epi[m][g].y;
     write_pair<T, E>(a, tok0 + m, row0, row1, valid0, valid1, y0, y1, in);
@@ -311,7 +339,7 @@ void launch_mma_nt(const GemvArgs<T>& a, int slices, cudaStream_t stream) {
   }
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg =
-      pdl::launch_config(dim3(tiles, slices), dim3(warps * 32), smem, stream, attr);
+      pdl::launch_config(dim3(tiles, slices), dim3(warps * 32), smem, stream, attr, a.pdl);
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_mma_kernel<T, NT, E>, a));
 }
 

@@ -351,7 +351,7 @@ void launch_wide_nt(const GemvArgs<T>& args, cudaStream_t stream) {
                                       static_cast<int>(smem)));
   cudaLaunchAttribute attr[2];
   cudaLaunchConfig_t cfg =
-      pdl::launch_config(dim3(w.split, blocks), dim3(w.warps * 32), smem, stream, attr);
+      pdl::launch_config(dim3(w.split, blocks), dim3(w.warps * 32), smem, stream, attr, a.pdl);
   if (w.split > 1) {
     attr[1].id = cudaLaunchAttributeClusterDimension;
     attr[1].val.clusterDim.x = w.split;

@@ -34,17 +34,17 @@ inline bool enabled() {
   return on;
 }
 
-// A launch configuration with the programmatic-serialization attribute set as enabled() says.
-// `attr` must outlive the launch call.
+// A launch configuration with the programmatic-serialization attribute set as enabled() says
+// (and `allow`: a launcher's own choice). `attr` must outlive the launch call.
 inline cudaLaunchConfig_t launch_config(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                                        cudaLaunchAttribute* attr) {
+                                        cudaLaunchAttribute* attr, bool allow = true) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = enabled() ? 1 : 0;
+  attr[0].val.programmaticStreamSerializationAllowed = enabled() && allow ? 1 : 0;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   return cfg;

@@ -209,8 +209,9 @@ def test_gemv_path_matches_unfused_path(
     or the wide tensor-core one; the odd shape does not fit the tensor-core tiling and keeps the
     CUDA-core kernel), 0 the cuBLAS sequence: same roundings, except that cuBLAS adds the
     residual inside the GEMM (beta = 1) without rounding the projection first, so the residual ops
-    (runs 3 and 4) agree within tolerance only; so do the wide kernel's norm ops, which round once
-    where RMSNorm rounds twice (1 / rms scales the sums)."""
+    (runs 3 and 4) agree within tolerance only; so do the norm ops, which round once where RMSNorm
+    rounds twice (1 / rms scales the sums; test_norm_scaled_sums_and_plain_launches checks the
+    bits of the form that normalizes first)."""
     monkeypatch.setenv("VGRAPH_GEMV", kernel)
     for dtype in dtypes_for(device):
         c = Case(shape, num_tokens, dtype, device)
@@ -219,7 +220,7 @@ def test_gemv_path_matches_unfused_path(
         for i, run in enumerate(runs):
             fast, slow = run(32), run(0)
             assert rel_err(fast, slow) < tol, (i, dtype)
-            if i in (3, 4) or (kernel == "wide" and i in NORM_RUNS):
+            if i in (3, 4) or i in NORM_RUNS:
                 continue
             exact = (fast == slow).float().mean().item()
             assert exact > 0.8, (i, dtype, exact)
@@ -283,7 +284,7 @@ def test_row_pairs_packed_per_cta_and_looped_are_bit_equal(
     [("VGRAPH_GEMV_PAIRS", "5"), ("VGRAPH_GEMV_PAIRS", "x"), ("VGRAPH_GEMV_CTAS_PER_SM", "33"),
      ("VGRAPH_GEMV_CTAS_PER_SM", "-1"), ("VGRAPH_GEMV_SMALL_MIB", "1025"),
      ("VGRAPH_GEMV_SMALL_CTAS_PER_SM", "0"), ("VGRAPH_GEMV_LOOP", "2"),
-     ("VGRAPH_GEMV_PACK", "2")],
+     ("VGRAPH_GEMV_PACK", "2"), ("VGRAPH_GEMV_NORM_SCALED", "2"), ("VGRAPH_PDL_MAX_MIB", "-1")],
 )  # fmt: skip
 def test_gemv_switches_reject_bad_values(
     name: str, value: str, device: str, monkeypatch: pytest.MonkeyPatch
@@ -293,6 +294,54 @@ def test_gemv_switches_reject_bad_values(
     c = Case("SmolLM2-135M", 1, torch.bfloat16, device)
     with pytest.raises(RuntimeError, match=f"{name} must be an integer in"):
         run_gate_up(c, 1)
+
+
+@pytest.mark.parametrize("device", [CUDA])
+@pytest.mark.parametrize("kernel", ["cuda_core", "mma"])
+@pytest.mark.parametrize("num_tokens", [1, 5, 16, 29])
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_norm_scaled_sums_and_plain_launches(
+    shape: str, num_tokens: int, kernel: str, device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The norm ops of the CUDA-core and tensor-core kernels take norm_weight * x and scale each
+    token's sums by its 1 / rms (one rounding where RMSNorm has two): within the path tolerance
+    of the unfused sequence and the float32 reference's, and other bits than with
+    VGRAPH_GEMV_NORM_SCALED=0, which normalizes x first (the switch reaches the kernel); the other
+    ops write the same bits either way; normalizing first matches the unfused path's bits on most
+    entries. At one token the looping grid and a CTA per row pair write the scaled sums' bits
+    too. VGRAPH_PDL_MAX_MIB=0 (every GEMV launched without PDL) changes no bit."""
+    monkeypatch.setenv("VGRAPH_GEMV", kernel)
+    for dtype in dtypes_for(device):
+        c = Case(shape, num_tokens, dtype, device)
+        runs = path_runs(c)
+        scaled = [run(32) for run in runs]
+        slow = [run(0) for run in runs]
+        head = norm_ref(c.hidden_x, c.norm_w) @ c.w_gu[:4096].float().T
+        refs = {0: ref_qkv(c, True, True), 1: ref_qkv(c, False, False), 2: ref_gate_up(c),
+                6: head, 7: head}  # fmt: skip
+        monkeypatch.setenv("VGRAPH_GEMV_NORM_SCALED", "0")
+        first = [run(32) for run in runs]
+        monkeypatch.delenv("VGRAPH_GEMV_NORM_SCALED")
+        for i, got in enumerate(scaled):
+            assert rel_err(got, slow[i]) < PATH_TOL[dtype], (i, dtype)
+            assert rel_err(first[i], slow[i]) < PATH_TOL[dtype], (i, dtype)
+            if i in refs:
+                assert rel_err(got, refs[i]) < REL_TOL[dtype], (i, dtype)
+                assert not torch.equal(got, first[i]), (i, dtype)
+                exact = (first[i] == slow[i]).float().mean().item()  # RMSNorm's roundings
+                assert exact > 0.8, (i, dtype, exact)
+            else:
+                torch.testing.assert_close(got, first[i], rtol=0, atol=0)
+        variants = [("VGRAPH_PDL_MAX_MIB", "0")]
+        if num_tokens == 1 and kernel == "cuda_core":
+            variants += [("VGRAPH_GEMV_LOOP", "1"), ("VGRAPH_GEMV_LOOP", "0"),
+                         ("VGRAPH_GEMV_PAIRS", "1")]  # fmt: skip
+        for name, value in variants:
+            monkeypatch.setenv(name, value)
+            for i, run in enumerate(runs):
+                got = run(32)
+                torch.testing.assert_close(got, scaled[i], rtol=0, atol=0, msg=f"{name} {i}")
+            monkeypatch.delenv(name)
 
 
 @pytest.mark.parametrize("device", [CUDA])
