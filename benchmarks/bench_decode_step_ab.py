@@ -54,7 +54,8 @@ programmatic stream serialization, VGRAPH_PDL_MAX_MIB), `head_wide` / `head_mma`
 norm + LM head fused up to 16 tokens, on the wide tensor-core kernel from 2 tokens / on the
 table's kernel, VGRAPH_GEMV_MAX_TOKENS_NORM_OUT and VGRAPH_GEMV_WIDE_FROM_NORM_OUT), `qkv_wide1`
 (the QKV projection on the wide kernel from one token, VGRAPH_GEMV_WIDE_FROM_QKV=1; the
-switches apply to every shape).
+switches apply to every shape), `argmax4` / `argmax8` (greedy argmax with a row cut over 4 / 8
+CTAs, VGRAPH_ARGMAX_PARTS).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 
@@ -145,6 +146,8 @@ VARIANTS = (
     "head_wide",
     "head_mma",
     "qkv_wide1",
+    "argmax4",
+    "argmax8",
 )
 GATE_UP16 = {"VGRAPH_GEMV_MAX_TOKENS_GATE_UP": "16"}
 ALL16 = GATE_UP16 | {"VGRAPH_GEMV_MAX_TOKENS_QKV": "16", "VGRAPH_GEMV_MAX_TOKENS_RESIDUAL": "16"}
@@ -212,6 +215,8 @@ VARIANT_ENV = {
     "head_wide": {"VGRAPH_GEMV_MAX_TOKENS_NORM_OUT": "16", "VGRAPH_GEMV_WIDE_FROM_NORM_OUT": "2"},
     "head_mma": {"VGRAPH_GEMV_MAX_TOKENS_NORM_OUT": "16"},
     "qkv_wide1": {"VGRAPH_GEMV_WIDE_FROM_QKV": "1"},
+    "argmax4": {"VGRAPH_ARGMAX_PARTS": "4"},
+    "argmax8": {"VGRAPH_ARGMAX_PARTS": "8"},
 }
 
 

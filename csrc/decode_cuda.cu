@@ -70,7 +70,9 @@ using namespace gemv;  // NOLINT: this file is gemv's only client
 // (loop_grid in decode_gemv.cuh). Llama-3.2-1B's gate/up (since on the wide kernel, below) and
 // final norm + LM head may not: alone, chained, they loop 2.2-2.4 and 6-7 us a call faster, but
 // in the decode step the GPU was busy 0, 25 and 23 us longer with both looping than with
-// neither, and 14 with the LM head alone (2026-12-03-h200-gemv-loop, calls 1, 2, 4 and 3).
+// neither, and 14 with the LM head alone (2026-12-03-h200-gemv-loop, calls 1, 2, 4 and 3). Nor
+// may its QKV: its batch-1 step was 811 / 808 against 816 / 813 us busy with a CTA per pair group
+// (2026-12-04-h200-norm-scaled, calls 2 and 3: the QKV 4.3 against 5.1 us a call).
 // `wide_from`: the wide tensor-core kernel (decode_gemv_wide.cuh) for the norm projections of
 // Llama-3.2-1B and Qwen3-0.6B from two tokens on, where it took the decode step below the table's
 // earlier kernels (2026-12-03-h200-wide, call 6, each variant 300 steps in turns): Llama-3.2-1B
@@ -102,7 +104,7 @@ constexpr Threshold kThresholds[] = {
     {Epilogue::kStore, 49152, 576, 0, 1},
     {Epilogue::kNormStore, 49152, 576, 1, 2},
     // Llama-3.2-1B
-    {Epilogue::kQkvRope, 3072, 2048, 12, 2, true, 2},
+    {Epilogue::kQkvRope, 3072, 2048, 12, 2, false, 2},
     {Epilogue::kAddResidual, 2048, 2048, 16, 4},
     {Epilogue::kSiluMul, 16384, 2048, 16, 2, false, 1},
     {Epilogue::kAddResidual, 2048, 8192, 8, 2},
