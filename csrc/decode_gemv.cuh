@@ -421,7 +421,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
 // gemv_kernel would run them in waves of CTAs that each load, reduce, store and exit, and a slot's
 // next loads wait for that exit. Here a smaller grid loops over the groups (group = blockIdx.x +
 // i * gridDim.x) and loads group i + 1's weights (and its epilogue's inputs) before it computes
-// group i, so every thread keeps loads in flight. The activations are read and normalized once.
+// group i, so every thread keeps loads in flight. The activations are read, and multiplied by the
+// norm weight (or normalized), once.
 // Per pair the arithmetic is gemv_kernel's at one token, in the same order: bit-equal.
 template <typename T, Epilogue E>
 __global__ void __launch_bounds__(kThreads) gemv_loop_kernel(const GemvArgs<T> a) {

@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# 2026-12-04, call 6 (call 5's machine, warm: its build kept): SmolLM2-135M's engine loop again
+# (7 rounds) and its decode step at batch 1 and 16 in turns against norm_first, to tell the
+# machine's host from the tree after call 5's slow SmolLM2-135M figures.
+o=$OUT/r; mkdir -p $o; python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD; python3 -m vgraph.ext_build | tail -1; nproc; uptime; VGRAPH_ENABLE_MULTIPROCESSING=0 timeout 60 python3 benchmarks/bench_async_scheduling.py --models SmolLM2-135M --batch-sizes 1 16 --capture-sizes 1 2 4 8 16 --rounds 7 --out $o/async_smol.json > $o/async_smol.log 2>&1; grep -A3 "^model" $o/async_smol.log; VGRAPH_ENABLE_MULTIPROCESSING=0 timeout 90 python3 benchmarks/bench_decode_step_ab.py --out-dir $o/smol --models SmolLM2-135M --variants fused norm_first -- --modes FULL --num-iters 500 --batch-sizes 1 16 > $o/smol.log 2>&1; grep -A9 "^decode step, median" $o/smol.log | grep "B="; grep -E "decode_1 |decode_16 " $o/smol.log | cut -c1-150; cd $OUT && tar czf results.tgz r
