@@ -200,7 +200,7 @@ void launch_fused(const GemvArgs<T>& call, int num_pairs, cudaStream_t stream) {
   // Switches for comparisons, read at each launch (a graph keeps what it was captured with):
   // VGRAPH_GEMV_NORM_SCALED=0 normalizes x first (RMSNorm's roundings) at every shape;
   // VGRAPH_PDL_MAX_MIB=n launches a GEMV over more than n MiB of weights without programmatic
-  // stream serialization (Llama-3.2-1B's step lost 23-100 us with it at n = 48 / 16 / 4, call 1).
+  // stream serialization (Llama-3.2-1B's step lost 23-99 us with it at n = 48 / 16 / 4, call 1).
   a.norm_scaled = env_int("VGRAPH_GEMV_NORM_SCALED", 1, 0, 1) == 1;
   const int64_t weight_bytes = static_cast<int64_t>(a.N) * a.K * sizeof(T);
   a.pdl = weight_bytes <= static_cast<int64_t>(env_int("VGRAPH_PDL_MAX_MIB", 1 << 20, 0, 1 << 20))

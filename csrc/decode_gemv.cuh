@@ -96,7 +96,7 @@ __device__ __forceinline__ uint4 norm8(const uint4& x, const uint4& weight, floa
   return out;
 }
 
-// weight * x for 8 elements, each product rounded once (the scaled-sums norm, GemvArgs::norm_scaled).
+// weight * x for 8 elements, each product rounded once (the scaled sums: GemvArgs::norm_scaled).
 template <typename T>
 __device__ __forceinline__ uint4 mul8(const uint4& x, const uint4& weight) {
   return make_uint4(Pack<T>::mul2(weight.x, x.x), Pack<T>::mul2(weight.y, x.y),
@@ -636,11 +636,13 @@ void launch_mt(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream) {
   const int loop =
       MT == 1 && one_chunk && a.may_loop ? loop_grid<T, E>(groups, block, weight_bytes) : 0;
   if (loop > 0) {
-    const cudaLaunchConfig_t cfg = pdl::launch_config(dim3(loop), dim3(block), 0, stream, attr, a.pdl);
+    const cudaLaunchConfig_t cfg =
+        pdl::launch_config(dim3(loop), dim3(block), 0, stream, attr, a.pdl);
     C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_loop_kernel<T, E>, args));
     return;
   }
-  const cudaLaunchConfig_t cfg = pdl::launch_config(dim3(groups), dim3(block), 0, stream, attr, a.pdl);
+  const cudaLaunchConfig_t cfg =
+      pdl::launch_config(dim3(groups), dim3(block), 0, stream, attr, a.pdl);
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<T, MT, E>, args));
 }
 

@@ -58,7 +58,7 @@ struct GemvArgs {
   // squares summed in the same pass (the wide kernel's way), instead of a pass that computes
   // 1 / rms and normalizes x before the first product (RMSNorm's two roundings).
   bool norm_scaled = false;
-  // Whether the launch has programmatic stream serialization (PDL), given that VGRAPH_PDL allows it.
+  // Whether the launch has programmatic stream serialization (PDL), if VGRAPH_PDL allows it.
   bool pdl = true;
 };
 

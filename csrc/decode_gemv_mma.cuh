@@ -14,10 +14,10 @@
 //
 // Order of work. The first kMmaPreload weight chunks of each warp are loaded before
 // `griddepcontrol.wait` (PDL: they stream while the previous kernel finishes); each chunk's slot is
-// refilled as soon as it is consumed. The norm ops multiply the 16 values a lane feeds to the mma by
-// the norm weight and sum their squares in the same pass; the epilogue scales each token's sums by
-// its 1 / rms (GemvArgs::norm_scaled; without it a prologue computes every token's 1 / rms once per
-// CTA, a warp per token, and the values are normalized with RMSNorm's roundings).
+// refilled as soon as it is consumed. The norm ops multiply the 16 values a lane feeds to the mma
+// by the norm weight and sum their squares in the same pass; the epilogue scales each token's sums
+// by its 1 / rms (GemvArgs::norm_scaled; without it a prologue computes every token's 1 / rms once
+// per CTA, a warp per token, and the values are normalized with RMSNorm's roundings).
 // Warps' partial tiles meet in shared memory; 2 NT warps add them up (a token parity of a column
 // tile each) and write the epilogue.
 //
