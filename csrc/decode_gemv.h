@@ -69,6 +69,7 @@ constexpr int kMmaRows = 16;
 constexpr int kMmaVecs = 2;
 constexpr int kMmaK = 32 * kMmaVecs;
 constexpr int kMmaPreload = 2;  // weight chunks per warp in flight at once
+constexpr int kMmaMaxWarps = 16;  // warps per CTA, at most (mma_warps)
 
 // Whether the tensor-core kernel takes this shape: K in whole chunks, and for the paired epilogues
 // row pairs that tile by 8 (gate/up halves; half a head for rotate-half RoPE).

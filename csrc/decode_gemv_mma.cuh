@@ -73,7 +73,7 @@ __device__ __forceinline__ int mma_row(const GemvArgs<T>& a, int tile, int i) {
 // NT: 8-token column tiles (1, 2 or 4: up to 8, 16 or 32 tokens). A launch split by tokens
 // (gridDim.y > 1, NT = 1: mma_split) gives CTA row blockIdx.y tokens 8 * blockIdx.y on.
 template <typename T, int NT, Epilogue E>
-__global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
+__global__ void __launch_bounds__(kMmaMaxWarps * 32) gemv_mma_kernel(const GemvArgs<T> a) {
   constexpr bool kNorm = has_norm(E);
   constexpr int P = kMmaPreload;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, num_warps = blockDim.x / 32;
@@ -153,7 +153,8 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
   // in the epilogue: no pass over the activations before the first mma.
   const bool scaled = kNorm && a.norm_scaled;
   __shared__ float s_inv_rms[NT * 8];
-  __shared__ float s_sq[kNorm ? 16 : 1][NT * 8];  // scaled: [warp][token], a warp's sums of squares
+  // scaled: [warp][token], each warp's sums of squares
+  __shared__ float s_sq[kNorm ? kMmaMaxWarps : 1][NT * 8];
   if (scaled) {
     __syncthreads();  // s_nw
   } else if constexpr (kNorm) {
@@ -284,7 +285,9 @@ __global__ void __launch_bounds__(512) gemv_mma_kernel(const GemvArgs<T> a) {
 // projection of 1024 tiles keeps 4, several CTAs per SM streaming for longer).
 inline int mma_warps(int num_tiles, int num_chunks) {
   int w = 4;
-  while (w < 16 && w * kMmaPreload < num_chunks && num_tiles * 2 * w <= 16 * num_sms()) w *= 2;
+  while (w < kMmaMaxWarps && w * kMmaPreload < num_chunks && num_tiles * 2 * w <= 16 * num_sms()) {
+    w *= 2;
+  }
   return w;
 }
 
