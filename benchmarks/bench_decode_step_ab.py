@@ -55,7 +55,13 @@ norm + LM head fused up to 16 tokens, on the wide tensor-core kernel from 2 toke
 table's kernel, VGRAPH_GEMV_MAX_TOKENS_NORM_OUT and VGRAPH_GEMV_WIDE_FROM_NORM_OUT), `qkv_wide1`
 (the QKV projection on the wide kernel from one token, VGRAPH_GEMV_WIDE_FROM_QKV=1; the
 switches apply to every shape), `argmax4` / `argmax8` (greedy argmax with a row cut over 4 / 8
-CTAs, VGRAPH_ARGMAX_PARTS).
+CTAs, VGRAPH_ARGMAX_PARTS), `l2_evict_first` / `l2_normal` (the GEMVs' weight loads with an L2
+evict-first policy, since 2026-12-04 the default / unhinted, VGRAPH_GEMV_L2_EVICT_FIRST=1 / 0),
+`wide_residual1` (the O and down projections on the wide tensor-core kernel from one token,
+VGRAPH_GEMV_WIDE_FROM_RESIDUAL=1), `wide_w4` (the wide kernel with 4 tiles a CTA,
+VGRAPH_WIDE_WARPS=4), `wide_residual1_w4` (both), `wide_residual16` / `wide_residual16_w4` (the
+O and down projections fused up to 16 tokens, on the wide kernel from 2 tokens; with 4 tiles a
+CTA).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 
@@ -148,6 +154,13 @@ VARIANTS = (
     "qkv_wide1",
     "argmax4",
     "argmax8",
+    "l2_evict_first",
+    "l2_normal",
+    "wide_residual1",
+    "wide_residual1_w4",
+    "wide_w4",
+    "wide_residual16",
+    "wide_residual16_w4",
 )
 GATE_UP16 = {"VGRAPH_GEMV_MAX_TOKENS_GATE_UP": "16"}
 ALL16 = GATE_UP16 | {"VGRAPH_GEMV_MAX_TOKENS_QKV": "16", "VGRAPH_GEMV_MAX_TOKENS_RESIDUAL": "16"}
@@ -161,6 +174,8 @@ WIDE_NORM = {
 }
 # The table's wide kernel off (its fused ranges on the earlier kernels).
 WIDE_OFF = {"VGRAPH_GEMV_WIDE_FROM_QKV": "0", "VGRAPH_GEMV_WIDE_FROM_GATE_UP": "0"}
+# The O and down projections fused up to 16 tokens, on the wide kernel from 2 tokens on.
+WIDE_RESIDUAL16 = {"VGRAPH_GEMV_MAX_TOKENS_RESIDUAL": "16", "VGRAPH_GEMV_WIDE_FROM_RESIDUAL": "2"}
 # Switches the csrc ops read at each launch (so at capture): the variant's, while it starts.
 VARIANT_ENV = {
     "cuda_core": {"VGRAPH_GEMV": "cuda_core"},
@@ -217,6 +232,13 @@ VARIANT_ENV = {
     "qkv_wide1": {"VGRAPH_GEMV_WIDE_FROM_QKV": "1"},
     "argmax4": {"VGRAPH_ARGMAX_PARTS": "4"},
     "argmax8": {"VGRAPH_ARGMAX_PARTS": "8"},
+    "l2_evict_first": {"VGRAPH_GEMV_L2_EVICT_FIRST": "1"},
+    "l2_normal": {"VGRAPH_GEMV_L2_EVICT_FIRST": "0"},
+    "wide_residual1": {"VGRAPH_GEMV_WIDE_FROM_RESIDUAL": "1"},
+    "wide_residual1_w4": {"VGRAPH_GEMV_WIDE_FROM_RESIDUAL": "1", "VGRAPH_WIDE_WARPS": "4"},
+    "wide_w4": {"VGRAPH_WIDE_WARPS": "4"},
+    "wide_residual16": WIDE_RESIDUAL16,
+    "wide_residual16_w4": WIDE_RESIDUAL16 | {"VGRAPH_WIDE_WARPS": "4"},
 }
 
 

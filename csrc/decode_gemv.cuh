@@ -24,12 +24,34 @@ namespace vgraph {
 namespace gemv {
 
 // ---- PTX helpers (sm_90) -----------------------------------------------------------------------
-// Weights are streamed once: read-only path, no L1 allocation. Volatile keeps it before the wait.
-__device__ __forceinline__ uint4 load_stream(const uint4* p) {
+// The L2 cache policy of the weight loads: evict-first where GemvArgs::l2_evict_first (weights are
+// read once a step; the lines they bring in go before the KV cache's and the activations'), else
+// evict-normal, the unhinted loads' priority.
+__device__ __forceinline__ uint64_t weight_policy(bool evict_first) {
+  uint64_t policy = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (evict_first) {
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  } else {
+    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
+  }
+#endif
+  return policy;
+}
+
+// Weights are streamed once: read-only path, no L1 allocation, the L2 policy above. Volatile keeps
+// it before the wait.
+__device__ __forceinline__ uint4 load_stream(const uint4* p, uint64_t policy) {
   uint4 v;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p), "l"(policy));
+#else
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
+#endif
   return v;
 }
 
@@ -223,13 +245,15 @@ __device__ __forceinline__ void pair_rows(const GemvArgs<T>& a, int pair, int (&
 
 // A thread's kPreload weight vectors of both rows, at k = first + v * stride (zero past K).
 __device__ __forceinline__ void load_weights(const uint4* const (&w_row)[kRows], int first,
-                                             int stride, int num_vecs,
+                                             int stride, int num_vecs, uint64_t policy,
                                              uint4 (&w)[kRows][kPreload]) {
 #pragma unroll
   for (int v = 0; v < kPreload; ++v) {
     const int k = first + v * stride;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) w[r][v] = k < num_vecs ? load_stream(w_row[r] + k) : uint4{};
+    for (int r = 0; r < kRows; ++r) {
+      w[r][v] = k < num_vecs ? load_stream(w_row[r] + k, policy) : uint4{};
+    }
   }
 }
 
@@ -276,7 +300,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
   // weight's vectors of that chunk, copied to shared memory (cp.async: no registers held, no
   // stall; each thread later reads only the slots it copied); the epilogue's step constants.
   uint4 w[kRows][kPreload];
-  auto load_chunk = [&](int base) { load_weights(w_row, base + tid, nt, num_vecs, w); };
+  const uint64_t policy = weight_policy(a.l2_evict_first);
+  auto load_chunk = [&](int base) { load_weights(w_row, base + tid, nt, num_vecs, policy, w); };
   load_chunk(0);
   // [pair slot][kPreload][nt]: blockDim.x <= kThreads
   __shared__ __align__(16) uint4 s_nw_cta[kNorm ? kPreload * kThreads : 1];
@@ -433,6 +458,7 @@ __global__ void __launch_bounds__(kThreads) gemv_loop_kernel(const GemvArgs<T> a
   const int lane = tid % 32, warp = tid / 32, num_warps = nt / 32, cta_warp = threadIdx.x / 32;
   const int num_vecs = a.K / VEC;
   const int num_groups = (a.num_pairs + ppc - 1) / ppc;
+  const uint64_t policy = weight_policy(a.l2_evict_first);
 
   // A group's pair slot for this thread: its rows and weights, and whether it writes (the last
   // group's spare slots redo the last pair and write nothing).
@@ -451,7 +477,7 @@ __global__ void __launch_bounds__(kThreads) gemv_loop_kernel(const GemvArgs<T> a
         reinterpret_cast<const uint4*>(a.weight + static_cast<int64_t>(s.row[0]) * a.K),
         reinterpret_cast<const uint4*>(a.weight +
                                        static_cast<int64_t>(s.valid1 ? s.row[1] : s.row[0]) * a.K)};
-    load_weights(w_row, tid, nt, num_vecs, s.w);
+    load_weights(w_row, tid, nt, num_vecs, policy, s.w);
     s.in = EpiIn{};
     if (tid == 0) epi_before_wait<T, E>(a, 0, s.row[0], s.row[1], s.in);
   };

@@ -60,6 +60,8 @@ struct GemvArgs {
   bool norm_scaled = false;
   // Whether the launch has programmatic stream serialization (PDL), if VGRAPH_PDL allows it.
   bool pdl = true;
+  // Whether the weight loads carry an L2 evict-first policy (weight_policy in decode_gemv.cuh).
+  bool l2_evict_first = false;
 };
 
 // The tensor-core kernel (decode_gemv_mma.cuh): a CTA computes a tile of 16 output rows (8 row

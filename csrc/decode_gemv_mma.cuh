@@ -99,12 +99,14 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32) gemv_mma_kernel(const GemvA
   const T* s_nw = reinterpret_cast<const T*>(s_acc + num_warps * NT * 4 * 32);  // [K]
   __shared__ float2 s_epi[NT * 8][8];  // [token][pair]: cos, sin (kQkvRope); residual (kAddResidual)
   uint4 wa[P][kMmaVecs], wb[P][kMmaVecs];
+  const uint64_t policy = weight_policy(a.l2_evict_first);
   auto load = [&](int j, int slot) {
     if (j < my_chunks) {
       const int c = (warp + j * num_warps) * (kMmaK / 8);  // in 16-byte vectors
 #pragma unroll
       for (int v = 0; v < kMmaVecs; ++v) {
-        wa[slot][v] = load_stream(w0 + c + 4 * v), wb[slot][v] = load_stream(w1 + c + 4 * v);
+        wa[slot][v] = load_stream(w0 + c + 4 * v, policy);
+        wb[slot][v] = load_stream(w1 + c + 4 * v, policy);
       }
     }
   };

@@ -101,14 +101,15 @@ __global__ void __launch_bounds__(kWideMaxWarps * 32) gemv_wide_kernel(const Gem
   // past the end, so the group count stays uniform); each lane copies and later reads only its own
   // vectors ([stage][row half][v][lane]), so its own cp.async wait is all the ordering it needs.
   uint4* ring = s_w + warp * D * kWideStageVecs;
+  const uint64_t policy = weight_policy(a.l2_evict_first);
   auto issue = [&](int j) {
     if (j < my_chunks) {
       uint4* st = ring + (j % D) * kWideStageVecs;
       const int c = j * (kMmaK / 8);  // in 16-byte vectors
 #pragma unroll
       for (int v = 0; v < kMmaVecs; ++v) {
-        cp_async16(st + v * 32 + lane, w0 + c + 4 * v);
-        cp_async16(st + (kMmaVecs + v) * 32 + lane, w1 + c + 4 * v);
+        cp_async16_hint(st + v * 32 + lane, w0 + c + 4 * v, policy);
+        cp_async16_hint(st + (kMmaVecs + v) * 32 + lane, w1 + c + 4 * v, policy);
       }
     }
     cp_async_commit();

@@ -284,7 +284,8 @@ def test_row_pairs_packed_per_cta_and_looped_are_bit_equal(
     [("VGRAPH_GEMV_PAIRS", "5"), ("VGRAPH_GEMV_PAIRS", "x"), ("VGRAPH_GEMV_CTAS_PER_SM", "33"),
      ("VGRAPH_GEMV_CTAS_PER_SM", "-1"), ("VGRAPH_GEMV_SMALL_MIB", "1025"),
      ("VGRAPH_GEMV_SMALL_CTAS_PER_SM", "0"), ("VGRAPH_GEMV_LOOP", "2"),
-     ("VGRAPH_GEMV_PACK", "2"), ("VGRAPH_GEMV_NORM_SCALED", "2"), ("VGRAPH_PDL_MAX_MIB", "-1")],
+     ("VGRAPH_GEMV_PACK", "2"), ("VGRAPH_GEMV_NORM_SCALED", "2"), ("VGRAPH_PDL_MAX_MIB", "-1"),
+     ("VGRAPH_GEMV_L2_EVICT_FIRST", "2")],
 )  # fmt: skip
 def test_gemv_switches_reject_bad_values(
     name: str, value: str, device: str, monkeypatch: pytest.MonkeyPatch
@@ -309,7 +310,8 @@ def test_norm_scaled_sums_and_plain_launches(
     VGRAPH_GEMV_NORM_SCALED=0, which normalizes x first (the switch reaches the kernel); the other
     ops write the same bits either way; normalizing first matches the unfused path's bits on most
     entries. At one token the looping grid and a CTA per row pair write the scaled sums' bits
-    too. VGRAPH_PDL_MAX_MIB=0 (every GEMV launched without PDL) changes no bit."""
+    too. VGRAPH_PDL_MAX_MIB=0 (every GEMV launched without PDL) and unhinted weight loads
+    (VGRAPH_GEMV_L2_EVICT_FIRST=0, not evict-first) change no bit."""
     monkeypatch.setenv("VGRAPH_GEMV", kernel)
     for dtype in dtypes_for(device):
         c = Case(shape, num_tokens, dtype, device)
@@ -332,7 +334,7 @@ def test_norm_scaled_sums_and_plain_launches(
                 assert exact > 0.8, (i, dtype, exact)
             else:
                 torch.testing.assert_close(got, first[i], rtol=0, atol=0)
-        variants = [("VGRAPH_PDL_MAX_MIB", "0")]
+        variants = [("VGRAPH_PDL_MAX_MIB", "0"), ("VGRAPH_GEMV_L2_EVICT_FIRST", "0")]
         if num_tokens == 1 and kernel == "cuda_core":
             variants += [("VGRAPH_GEMV_LOOP", "1"), ("VGRAPH_GEMV_LOOP", "0"),
                          ("VGRAPH_GEMV_PAIRS", "1")]  # fmt: skip
@@ -410,6 +412,13 @@ def test_wide_kernel_splits_and_warps(
             OPS.linear_out(out[:, :4101], c.hidden_x, w, 32)
             assert torch.isnan(out[:, 4101:]).all()
             assert rel_err(out[:, :4101], ref) < REL_TOL[dtype], (split, warps)
+    # the weight loads unhinted instead of evict-first: the same bits
+    monkeypatch.setenv("VGRAPH_WIDE_SPLIT", "")
+    monkeypatch.setenv("VGRAPH_WIDE_WARPS", "")
+    first = [run(32) for run in runs]
+    monkeypatch.setenv("VGRAPH_GEMV_L2_EVICT_FIRST", "0")
+    for i, run in enumerate(runs):
+        torch.testing.assert_close(run(32), first[i], rtol=0, atol=0, msg=str(i))
 
 
 @pytest.mark.parametrize("device", [CUDA])
