@@ -208,7 +208,7 @@ void launch_fused(const GemvArgs<T>& call, int num_pairs, cudaStream_t stream) {
   // The weight loads carry an L2 evict-first policy: the weights stream through L2 once a step,
   // and their lines give way to the KV cache's and the activations'. SmolLM2-135M's batch-1 step
   // took 365 against 385 us of GPU time, Llama-3.2-1B's 813-816 against 821-825 at one token and
-  // 1058 against 1065 at 16 (2026-12-04-h200-attn-early, calls 2 and 3); SmolLM2-135M's batch 16
+  // 1058 against 1065 at 16 (2026-12-04-h200-evict-first, calls 2 and 3); SmolLM2-135M's batch 16
   // within the spread. VGRAPH_GEMV_L2_EVICT_FIRST=0 leaves the loads unhinted (comparisons).
   a.l2_evict_first = env_int("VGRAPH_GEMV_L2_EVICT_FIRST", 1, 0, 1) == 1;
   const Kernel kernel = pick_kernel(E, a.num_tokens, a.N, a.K, a.head_size);
