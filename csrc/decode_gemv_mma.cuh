@@ -170,10 +170,8 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32) gemv_mma_kernel(const GemvA
       for (int i = 0; i < kPerWarp; ++i) {
         const int m = warp + i * num_warps;
         if (m < m_count) {
-          float f[8];
-          unpack8<T>(*reinterpret_cast<const uint4*>(x + m * a.x_stride + k * 8), f);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) sq[i] = fmaf(f[j], f[j], sq[i]);
+          sq[i] = add_squares8<T>(*reinterpret_cast<const uint4*>(x + m * a.x_stride + k * 8),
+                                  sq[i]);
         }
       }
     }

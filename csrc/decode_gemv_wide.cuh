@@ -186,10 +186,7 @@ __global__ void __launch_bounds__(kWideMaxWarps * 32) gemv_wide_kernel(const Gem
       for (int v = 0; v < kMmaVecs; ++v) {
         // Rows past m_count were never staged: they feed only their own (unwritten) columns.
         uint4 xb = *reinterpret_cast<const uint4*>(xk + nt * 8 * row_len + v * 32);
-        if constexpr (kNorm) {
-          xb.x = Pack<T>::mul2(nw[v].x, xb.x), xb.y = Pack<T>::mul2(nw[v].y, xb.y);
-          xb.z = Pack<T>::mul2(nw[v].z, xb.z), xb.w = Pack<T>::mul2(nw[v].w, xb.w);
-        }
+        if constexpr (kNorm) xb = mul8<T>(xb, nw[v]);
         Mma<T>::run(acc[nt], A0[v].x, A1[v].x, A0[v].y, A1[v].y, xb.x, xb.y);
         Mma<T>::run(acc[nt], A0[v].z, A1[v].z, A0[v].w, A1[v].w, xb.z, xb.w);
       }
