@@ -30,6 +30,7 @@ from vgraph.bench.common import BLOCK_SIZE, environment, p10_p90
 from vgraph.engine.arg_utils import create_engine_config
 from vgraph.engine.core import EngineCore
 from vgraph.engine.protocol import EngineCoreRequest
+from vgraph.models.llama import LlamaForCausalLM
 from vgraph.sampling_params import SamplingParams
 from vgraph.utils import cdiv
 
@@ -48,6 +49,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--mode", default="FULL", help="cudagraph_mode of both engines")
     p.add_argument(
         "--capture-sizes", nargs="+", type=int, default=None, help="default: the engine's list"
+    )
+    p.add_argument(
+        "--greedy-apart",
+        action="store_true",
+        help="the sampler's own argmax after the graph, not the LM head op's greedy tokens",
     )
     p.add_argument("--out", default=None)
     return p.parse_args()
@@ -110,6 +116,7 @@ def run_batch(
 
 def main() -> None:
     args = parse_args()
+    LlamaForCausalLM.greedy_in_head = not args.greedy_apart
     report: dict[str, Any] = {"environment": environment(), "args": vars(args), "models": {}}
     rows = []
     for model in args.models:

@@ -61,7 +61,8 @@ evict-first policy, since 2026-12-04 the default / unhinted, VGRAPH_GEMV_L2_EVIC
 VGRAPH_GEMV_WIDE_FROM_RESIDUAL=1), `wide_w4` (the wide kernel with 4 tiles a CTA,
 VGRAPH_WIDE_WARPS=4), `wide_residual1_w4` (both), `wide_residual16` / `wide_residual16_w4` (the
 O and down projections fused up to 16 tokens, on the wide kernel from 2 tokens; with 4 tiles a
-CTA).
+CTA), `greedy_apart` (the sampler's argmax launched after the graph, as before 2026-12-04's
+greedy tokens from the LM head op: LlamaForCausalLM.greedy_in_head off).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 
@@ -93,7 +94,7 @@ from vgraph.bench.step import (
     start_mode,
     summarize,
 )
-from vgraph.models.llama import LlamaModel
+from vgraph.models.llama import LlamaForCausalLM, LlamaModel
 from vgraph.worker.model_runner import ModelRunner
 
 VARIANTS = (
@@ -156,6 +157,7 @@ VARIANTS = (
     "argmax8",
     "l2_evict_first",
     "l2_normal",
+    "greedy_apart",
     "wide_residual1",
     "wide_residual1_w4",
     "wide_w4",
@@ -249,6 +251,7 @@ def variant_switches(variant: str) -> Iterator[None]:
     runner reads its input-copy switch when built."""
     fused_ops, appends = LlamaModel.use_fused_ops, CsrcAttentionImpl.appends_kv
     copy_in_graph, norm_in_head = ModelRunner.full_graphs_copy_inputs, LlamaModel.final_norm_in_head
+    greedy_in_head = LlamaForCausalLM.greedy_in_head
     env = VARIANT_ENV.get(variant, {})
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -260,6 +263,8 @@ def variant_switches(variant: str) -> Iterator[None]:
         ModelRunner.full_graphs_copy_inputs = False
     if variant == "norm_apart":
         LlamaModel.final_norm_in_head = False
+    if variant == "greedy_apart":
+        LlamaForCausalLM.greedy_in_head = False
     cuda_op = vocab_embedding.use_cuda_op  # the embedding decides at its first call
     if variant == "torch_embedding":
         vocab_embedding.use_cuda_op = lambda x, op: False
@@ -272,6 +277,7 @@ def variant_switches(variant: str) -> Iterator[None]:
         LlamaModel.use_fused_ops, CsrcAttentionImpl.appends_kv = fused_ops, appends
         ModelRunner.full_graphs_copy_inputs = copy_in_graph
         LlamaModel.final_norm_in_head = norm_in_head
+        LlamaForCausalLM.greedy_in_head = greedy_in_head
         vocab_embedding.use_cuda_op = cuda_op
         if blas is not None:
             torch.backends.cuda.preferred_blas_library(blas)

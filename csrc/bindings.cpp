@@ -59,11 +59,17 @@ TORCH_LIBRARY(vgraph_C, m) {
   // kernel when num_tokens <= max_gemv_tokens (None: a per-shape default from measurements; 0:
   // never) and cuBLAS otherwise; the CPU always runs the unfused sequence.
   // out [num_tokens, N] = x W^T, in x's dtype or float32 (logits: rounded to x's dtype first).
-  m.def("linear_out(Tensor(a!) out, Tensor x, Tensor weight, int? max_gemv_tokens=None) -> ()");
+  // With greedy (int64 [num_tokens]) also each token's argmax of out, torch.argmax's choice; on
+  // CUDA in the GEMV's epilogue (greedy_state: int64 [33], zeroed once, its scratch) or with the
+  // widening of cuBLAS's output, so the head of a graph hands back its greedy tokens.
+  m.def(
+      "linear_out(Tensor(a!) out, Tensor x, Tensor weight, int? max_gemv_tokens=None, "
+      "Tensor(b!)? greedy=None, Tensor(c!)? greedy_state=None) -> ()");
   // out = linear_out(rms_norm(hidden)): the final norm and the LM head.
   m.def(
       "rms_norm_linear_out(Tensor(a!) out, Tensor hidden, Tensor norm_weight, float eps, "
-      "Tensor weight, int? max_gemv_tokens=None) -> ()");
+      "Tensor weight, int? max_gemv_tokens=None, Tensor(b!)? greedy=None, "
+      "Tensor(c!)? greedy_state=None) -> ()");
   // residual [num_tokens, N] = (x W^T).to(dtype) + residual, rounded (the residual-stream add).
   m.def(
       "linear_add_residual(Tensor(a!) residual, Tensor x, Tensor weight, "

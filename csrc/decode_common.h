@@ -46,6 +46,34 @@ void check_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tens
   TORCH_CHECK(out.device() == x.device(), "out is on ", out.device(), ", expected ", x.device());
 }
 
+// The LM head ops' greedy tokens: greedy int64 [num_tokens]; greedy_state (the CUDA kernels'
+// zeroed scratch, kGreedyStateSize int64: required on CUDA, ignored on the CPU) int64.
+constexpr int64_t kGreedyStateSize = 33;  // gemv::kMaxGemvTokens keys, then a CTA count
+void check_greedy(const std::optional<at::Tensor>& greedy,
+                  const std::optional<at::Tensor>& greedy_state, const at::Tensor& out) {
+  if (!greedy) {
+    TORCH_CHECK(!greedy_state, "greedy_state is given without greedy");
+    return;
+  }
+  TORCH_CHECK(greedy->dim() == 1 && greedy->size(0) == out.size(0) &&
+                  greedy->scalar_type() == at::kLong && greedy->is_contiguous() &&
+                  greedy->device() == out.device(),
+              "greedy must be a contiguous int64 [", out.size(0), "] on ", out.device(), ", got ",
+              greedy->scalar_type(), " ", greedy->sizes(), " on ", greedy->device());
+  TORCH_CHECK(out.size(0) == 0 || out.size(1) > 0, "greedy needs a vocabulary of at least 1");
+  if (out.is_cuda()) {
+    TORCH_CHECK(greedy_state, "greedy_state is required with greedy on CUDA");
+  }
+  if (greedy_state) {
+    TORCH_CHECK(greedy_state->dim() == 1 && greedy_state->size(0) >= kGreedyStateSize &&
+                    greedy_state->scalar_type() == at::kLong &&
+                    greedy_state->is_contiguous() && greedy_state->device() == out.device(),
+                "greedy_state must be a contiguous int64 [>= ", kGreedyStateSize, "] on ",
+                out.device(), ", got ", greedy_state->scalar_type(), " ",
+                greedy_state->sizes(), " on ", greedy_state->device());
+  }
+}
+
 void check_linear_add_residual(const at::Tensor& residual, const at::Tensor& x,
                                       const at::Tensor& weight) {
   check_activation(x, "x");

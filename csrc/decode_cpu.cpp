@@ -13,17 +13,33 @@ namespace {
 
 using CpuPath = Unfused<CpuOps>;
 
+// The greedy tokens of the head ops: torch.argmax of what they wrote.
+void write_greedy(const std::optional<at::Tensor>& greedy, const at::Tensor& out) {
+  if (greedy && out.size(0) > 0) {
+    at::Tensor g = *greedy;
+    at::argmax_out(g, out, 1);
+  }
+}
+
 void linear_out_cpu(at::Tensor& out, const at::Tensor& x, const at::Tensor& weight,
-                    std::optional<int64_t> /*max_gemv_tokens*/) {
+                    std::optional<int64_t> /*max_gemv_tokens*/,
+                    const std::optional<at::Tensor>& greedy,
+                    const std::optional<at::Tensor>& greedy_state) {
   check_linear_out(out, x, weight);
+  check_greedy(greedy, greedy_state, out);
   CpuPath::linear_out(out, x, weight);
+  write_greedy(greedy, out);
 }
 
 void rms_norm_linear_out_cpu(at::Tensor& out, const at::Tensor& hidden,
                              const at::Tensor& norm_weight, double eps, const at::Tensor& weight,
-                             std::optional<int64_t> /*max_gemv_tokens*/) {
+                             std::optional<int64_t> /*max_gemv_tokens*/,
+                             const std::optional<at::Tensor>& greedy,
+                             const std::optional<at::Tensor>& greedy_state) {
   check_rms_norm_linear_out(out, hidden, norm_weight, weight);
+  check_greedy(greedy, greedy_state, out);
   CpuPath::rms_norm_linear_out(out, hidden, norm_weight, eps, weight);
+  write_greedy(greedy, out);
 }
 
 void linear_add_residual_cpu(at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight,

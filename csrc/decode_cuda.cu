@@ -38,6 +38,7 @@
 #include <c10/macros/Macros.h>
 #include <torch/library.h>
 
+#include "argmax.h"
 #include "common.h"
 #include "decode_common.h"
 #include "decode_gemv.h"
@@ -239,33 +240,70 @@ GemvArgs<T> base_args(const at::Tensor& x, const at::Tensor& weight) {
 
 using CudaPath = Unfused<CudaOps>;
 
+// The head's greedy tokens where its GEMV kernel does not write them: each token's argmax of out.
+// The unfused path takes `product` (x W^T in x's dtype, from cuBLAS) and widens it into a float32
+// out in the same pass.
+void unfused_head_out(at::Tensor& out, const at::Tensor& x, const at::Tensor& weight,
+                      const std::optional<at::Tensor>& greedy) {
+  if (!greedy) return CudaPath::linear_out(out, x, weight);
+  if (out.scalar_type() == x.scalar_type()) {
+    at::mm_out(out, x, weight.t());
+    return launch_argmax_rows(*greedy, out, nullptr);
+  }
+  launch_argmax_rows(*greedy, at::mm(x, weight.t()), &out);  // rounded to x's dtype, then widened
+}
+
+static_assert(kGreedyStateSize == kMaxGemvTokens + 1, "greedy_state: a key a token, then a count");
+
+// Whether the greedy tokens come from the fused kernel's epilogue: the CUDA-core kernels have it.
+bool greedy_in_kernel(Epilogue e, const at::Tensor& x, const at::Tensor& weight) {
+  return pick_kernel(e, x.size(0), weight.size(0), x.size(1), 0) == Kernel::kCudaCore;
+}
+
+template <typename T>
+void set_greedy(GemvArgs<T>& a, const std::optional<at::Tensor>& greedy,
+                const std::optional<at::Tensor>& greedy_state) {
+  a.greedy = greedy->data_ptr<int64_t>();
+  a.greedy_state = reinterpret_cast<unsigned long long*>(greedy_state->data_ptr<int64_t>());
+}
+
 void linear_out_cuda(at::Tensor& out, const at::Tensor& x, const at::Tensor& weight,
-                     std::optional<int64_t> max_gemv_tokens) {
+                     std::optional<int64_t> max_gemv_tokens,
+                     const std::optional<at::Tensor>& greedy,
+                     const std::optional<at::Tensor>& greedy_state) {
   check_linear_out(out, x, weight);
+  check_greedy(greedy, greedy_state, out);
   if (x.size(0) == 0 || weight.size(0) == 0) return;
   const c10::cuda::CUDAGuard guard(x.device());
   if (!use_gemv(Epilogue::kStore, x, weight, nullptr, max_gemv_tokens)) {
-    return CudaPath::linear_out(out, x, weight);
+    return unfused_head_out(out, x, weight, greedy);
   }
+  const bool in_kernel = greedy && greedy_in_kernel(Epilogue::kStore, x, weight);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   VGRAPH_DISPATCH_16BIT(x.scalar_type(), "linear_out_cuda", [&] {
     GemvArgs<scalar_t> a = base_args<scalar_t>(x, weight);
     a.out = out.data_ptr();
     a.out_stride = out.stride(0);
     a.out_float = out.scalar_type() == at::kFloat;
+    if (in_kernel) set_greedy(a, greedy, greedy_state);
     launch_fused<scalar_t, Epilogue::kStore>(a, (a.N + kRows - 1) / kRows, stream);
   });
+  if (greedy && !in_kernel) launch_argmax_rows(*greedy, out, nullptr);
 }
 
 void rms_norm_linear_out_cuda(at::Tensor& out, const at::Tensor& hidden,
                               const at::Tensor& norm_weight, double eps, const at::Tensor& weight,
-                              std::optional<int64_t> max_gemv_tokens) {
+                              std::optional<int64_t> max_gemv_tokens,
+                              const std::optional<at::Tensor>& greedy,
+                              const std::optional<at::Tensor>& greedy_state) {
   check_rms_norm_linear_out(out, hidden, norm_weight, weight);
+  check_greedy(greedy, greedy_state, out);
   if (hidden.size(0) == 0 || weight.size(0) == 0) return;
   const c10::cuda::CUDAGuard guard(hidden.device());
   if (!use_gemv(Epilogue::kNormStore, hidden, weight, &norm_weight, max_gemv_tokens)) {
-    return CudaPath::rms_norm_linear_out(out, hidden, norm_weight, eps, weight);
+    return unfused_head_out(out, CudaPath::norm(hidden, norm_weight, eps), weight, greedy);
   }
+  const bool in_kernel = greedy && greedy_in_kernel(Epilogue::kNormStore, hidden, weight);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   VGRAPH_DISPATCH_16BIT(hidden.scalar_type(), "rms_norm_linear_out_cuda", [&] {
     GemvArgs<scalar_t> a = base_args<scalar_t>(hidden, weight);
@@ -274,8 +312,10 @@ void rms_norm_linear_out_cuda(at::Tensor& out, const at::Tensor& hidden,
     a.out = out.data_ptr();
     a.out_stride = out.stride(0);
     a.out_float = out.scalar_type() == at::kFloat;
+    if (in_kernel) set_greedy(a, greedy, greedy_state);
     launch_fused<scalar_t, Epilogue::kNormStore>(a, (a.N + kRows - 1) / kRows, stream);
   });
+  if (greedy && !in_kernel) launch_argmax_rows(*greedy, out, nullptr);
 }
 
 void linear_add_residual_cuda(at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight,

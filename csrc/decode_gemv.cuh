@@ -229,6 +229,58 @@ __device__ __forceinline__ void write_pair(const GemvArgs<T>& a, int m, int row0
   }
 }
 
+// ---- greedy epilogue (kStore / kNormStore with GemvArgs::greedy) ---------------------------------
+// A stored value and its row as one integer that orders like torch.argmax: NaN above every number,
+// -0 equal to +0, and among equal values the lowest row first (the row enters inverted), so the
+// token's greedy row is the largest key's; 0 is below every key (nothing yet).
+__device__ __forceinline__ unsigned long long greedy_key(float v, int row) {
+  const uint32_t b = __float_as_uint(v == 0.f ? 0.f : v);
+  const uint32_t ordered = isnan(v) ? 0xffffffffu : (b & 0x80000000u) ? ~b : b | 0x80000000u;
+  return static_cast<unsigned long long>(ordered) << 32 | (0xffffffffu - static_cast<uint32_t>(row));
+}
+
+// The best key of a token's row pair: the stored values (rounded to T) of its valid rows.
+template <typename T>
+__device__ __forceinline__ unsigned long long greedy_pair_key(int row0, int row1, bool valid1,
+                                                              float y0, float y1) {
+  const unsigned long long k0 = greedy_key(round1<T>(y0), row0);
+  const unsigned long long k1 = valid1 ? greedy_key(round1<T>(y1), row1) : 0ull;
+  return k0 > k1 ? k0 : k1;
+}
+
+// Called by every thread of the CTA once, after its stores: `key` is this thread's best key of
+// token `tid` of its pair slot `sub` (0 if it wrote none). The CTA's best of each token goes into
+// the launch's state (a global atomic max), then the CTA counts itself done; the last CTA reads
+// the winners, writes each token's greedy row and zeroes the state for the next launch.
+template <int MT>
+__device__ __forceinline__ void greedy_finish(int64_t* greedy, unsigned long long* state,
+                                              int m_count, int pairs_per_cta, int sub, int tid,
+                                              unsigned long long key) {
+  __shared__ unsigned long long s_key[kThreads / 32][MT];  // [pair slot][token]
+  __shared__ bool s_last;
+  if (tid < MT) s_key[sub][tid] = tid < m_count ? key : 0ull;
+  __syncthreads();
+  const int m = threadIdx.x;
+  if (m < m_count) {
+    unsigned long long best = 0ull;
+    for (int p = 0; p < pairs_per_cta; ++p) best = max(best, s_key[p][m]);
+    atomicMax(state + m, best);
+    __threadfence();  // the max is visible before this CTA counts itself done
+  }
+  __syncthreads();
+  if (m == 0) {
+    const unsigned int done = atomicAdd(reinterpret_cast<unsigned int*>(state + kMaxGemvTokens), 1u);
+    s_last = done == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!s_last) return;
+  if (m < m_count) {
+    const unsigned long long k = atomicExch(state + m, 0ull);
+    greedy[m] = static_cast<int64_t>(0xffffffffu - static_cast<uint32_t>(k));
+  }
+  if (m == 0) atomicExch(state + kMaxGemvTokens, 0ull);
+}
+
 // The output rows of row pair `pair`: gate i and up i for kSiluMul, rotate-half partners for
 // kQkvRope, two consecutive rows otherwise (the second may be past an odd N).
 template <typename T, Epilogue E>
@@ -417,27 +469,40 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
     }
   }
   if (num_warps > 1) __syncthreads();
-  if (tid >= m_count || !writes) return;
+  // With a greedy epilogue every thread goes on to greedy_finish's barriers.
+  constexpr bool kStoreOut = E == Epilogue::kStore || E == Epilogue::kNormStore;
+  const bool greedy = kStoreOut && a.greedy != nullptr;
+  const bool writer = tid < m_count && writes;
+  if (!writer && !greedy) return;
 
   // 6. Epilogue: thread m writes token m's outputs (scaled sums: times the token's 1 / rms).
   const int m = tid;
-  if (num_warps > 1) {
+  unsigned long long key = 0ull;
+  if (writer) {
+    if (num_warps > 1) {
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      float s = 0.f;
-      for (int i = 0; i < num_warps; ++i) s += s_acc[cta_warp - warp + i][r][m];
-      y[r] = s;
+      for (int r = 0; r < kRows; ++r) {
+        float s = 0.f;
+        for (int i = 0; i < num_warps; ++i) s += s_acc[cta_warp - warp + i][r][m];
+        y[r] = s;
+      }
+      if (scaled) {
+        y_sq = 0.f;
+        for (int i = 0; i < num_warps; ++i) y_sq += s_sq[cta_warp - warp + i][m];
+      }
     }
     if (scaled) {
-      y_sq = 0.f;
-      for (int i = 0; i < num_warps; ++i) y_sq += s_sq[cta_warp - warp + i][m];
+      const float r = rsqrtf(y_sq / static_cast<float>(a.K) + a.eps);
+      y[0] *= r, y[1] *= r;
+    }
+    write_pair<T, E>(a, m, row[0], row[1], true, valid1, y[0], y[1], in);
+    if (greedy) key = greedy_pair_key<T>(row[0], row[1], valid1, y[0], y[1]);
+  }
+  if constexpr (kStoreOut) {
+    if (greedy) {
+      greedy_finish<MT>(a.greedy, a.greedy_state, m_count, a.pairs_per_cta, sub, tid, key);
     }
   }
-  if (scaled) {
-    const float r = rsqrtf(y_sq / static_cast<float>(a.K) + a.eps);
-    y[0] *= r, y[1] *= r;
-  }
-  write_pair<T, E>(a, m, row[0], row[1], true, valid1, y[0], y[1], in);
 }
 
 // ---- the looping kernel (one token) -------------------------------------------------------------
@@ -532,6 +597,8 @@ __global__ void __launch_bounds__(kThreads) gemv_loop_kernel(const GemvArgs<T> a
     }
   }
   bool rms_pending = scaled;  // the squares' reduction, done with the first group's
+  constexpr bool kStoreOut = E == Epilogue::kStore || E == Epilogue::kNormStore;
+  unsigned long long key = 0ull;  // greedy epilogue: the best key of this thread's pairs
 
   // The groups: the next one's loads first, then this one's dot products, reduction and epilogue
   // (group is CTA-uniform, so every thread reaches the barriers).
@@ -588,9 +655,17 @@ __global__ void __launch_bounds__(kThreads) gemv_loop_kernel(const GemvArgs<T> a
       }
       if (scaled) y[0] *= inv_rms, y[1] *= inv_rms;
       write_pair<T, E>(a, 0, cur.row[0], cur.row[1], true, cur.valid1, y[0], y[1], cur.in);
+      if constexpr (kStoreOut) {
+        if (a.greedy != nullptr) {
+          key = max(key, greedy_pair_key<T>(cur.row[0], cur.row[1], cur.valid1, y[0], y[1]));
+        }
+      }
     }
     cur = next;
     group = next_group;
+  }
+  if constexpr (kStoreOut) {
+    if (a.greedy != nullptr) greedy_finish<1>(a.greedy, a.greedy_state, 1, ppc, sub, tid, key);
   }
 }
 

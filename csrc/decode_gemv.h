@@ -62,7 +62,14 @@ struct GemvArgs {
   bool pdl = true;
   // Whether the weight loads carry an L2 evict-first policy (weight_policy in decode_gemv.cuh).
   bool l2_evict_first = false;
+  // kStore / kNormStore on the CUDA-core kernels: each token's greedy token (the index of its
+  // largest stored value, torch.argmax's choice) into greedy [num_tokens], or nullptr for none.
+  // greedy_state [kMaxGemvTokens + 1], zero between launches: each token's best key so far
+  // (greedy_key), then the count of CTAs done; the last CTA writes greedy and zeroes it again.
+  int64_t* greedy = nullptr;
+  unsigned long long* greedy_state = nullptr;
 };
+
 
 // The tensor-core kernel (decode_gemv_mma.cuh): a CTA computes a tile of 16 output rows (8 row
 // pairs for the paired epilogues) for up to kMaxGemvTokens tokens, its warps splitting K in chunks

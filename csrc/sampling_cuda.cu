@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "argmax.h"
 #include "common.h"
 #include "device_info.cuh"
 
@@ -114,7 +115,8 @@ void apply_logits_processors_cuda(at::Tensor& out, const at::Tensor& logits,
 
 // ---- argmax_rows: greedy tokens -----------------------------------------------------------------
 // A row is cut into `parts` slices, one CTA each, the CTAs of a row forming one thread-block
-// cluster: each thread scans its strided share of its slice (16-byte loads when the row allows),
+// cluster: each thread scans its strided share of its slice (four entries a load when the row
+// allows; float32 or 16-bit logits, the 16-bit ones optionally stored widened in the same pass),
 // a warp-shuffle and a shared-memory round pick the CTA's winner, and the row's first CTA reads
 // the others' winners from their shared memory (distributed shared memory, after a cluster
 // barrier) and writes the row's. The comparison is a total order, so the result does not depend
@@ -150,27 +152,62 @@ struct ArgmaxBest {
   }
 };
 
+// Four entries of a row as floats: one 16-byte (float) or 8-byte (16-bit) load.
+template <typename TIn>
+struct Quad;
+template <>
+struct Quad<float> {
+  using Vec = float4;
+};
+template <>
+struct Quad<c10::Half> {
+  using Vec = uint2;
+};
+template <>
+struct Quad<c10::BFloat16> {
+  using Vec = uint2;
+};
+
+template <typename TIn>
+__device__ __forceinline__ void load_quad(const TIn* p, float (&f)[4]) {
+  using Vec = typename Quad<TIn>::Vec;
+  const Vec v = __ldg(reinterpret_cast<const Vec*>(p));
+  const TIn* e = reinterpret_cast<const TIn*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) f[i] = static_cast<float>(e[i]);
+}
+
 // Grid (num_rows, parts); with parts > 1, launched as clusters of (1, parts, 1): a row's CTAs.
+// With `widened` (kWiden) each entry is also stored there as float32, in the same pass.
+template <typename TIn, bool kWiden>
 __global__ void __launch_bounds__(kArgmaxThreads)
-    argmax_rows_kernel(int64_t* __restrict__ out, const float* __restrict__ logits,
-                       int64_t stride, int vocab, bool vec4) {
+    argmax_rows_kernel(int64_t* __restrict__ out, const TIn* __restrict__ logits, int64_t stride,
+                       int vocab, bool vec4, float* __restrict__ widened, int64_t widened_stride) {
   const int row = blockIdx.x, part = blockIdx.y, parts = gridDim.y;
-  const float* x = logits + row * stride;
+  const TIn* x = logits + row * stride;
+  float* w = kWiden ? widened + row * widened_stride : nullptr;
   const int unit = vec4 ? 4 : 1;  // vec4: vocab % 4 == 0
   const int units = vocab / unit, per = (units + parts - 1) / parts;
   const int begin = part * per, end = min(units, begin + per);
   ArgmaxBest best;
   if (vec4) {
-    const float4* x4 = reinterpret_cast<const float4*>(x);
 #pragma unroll 4
     for (int j = begin + threadIdx.x; j < end; j += kArgmaxThreads) {
-      const float4 f = __ldg(x4 + j);
-      best.take(f.x, 4 * j), best.take(f.y, 4 * j + 1), best.take(f.z, 4 * j + 2);
-      best.take(f.w, 4 * j + 3);
+      float f[4];
+      load_quad(x + 4 * j, f);
+      if constexpr (kWiden) {
+        *reinterpret_cast<float4*>(w + 4 * j) = make_float4(f[0], f[1], f[2], f[3]);
+      }
+      best.take(f[0], 4 * j), best.take(f[1], 4 * j + 1), best.take(f[2], 4 * j + 2);
+      best.take(f[3], 4 * j + 3);
     }
   } else {
 #pragma unroll 4
-    for (int j = begin + threadIdx.x; j < end; j += kArgmaxThreads) best.take(__ldg(x + j), j);
+    for (int j = begin + threadIdx.x; j < end; j += kArgmaxThreads) {
+      const float f = static_cast<float>(x[j]);
+      if constexpr (kWiden) w[j] = f;
+      best.take(f, j);
+    }
   }
   best.warp_reduce();
   __shared__ float s_v[kArgmaxThreads / 32];
@@ -218,19 +255,11 @@ int argmax_parts(int vocab, int64_t num_rows, const at::Tensor& logits) {
   return num_rows * parts <= num_sms(logits.get_device()) ? parts : 1;
 }
 
-void argmax_rows_cuda(at::Tensor& out, const at::Tensor& logits) {
-  check_argmax_rows(out, logits);
-  const int64_t num_rows = logits.size(0);
-  if (num_rows == 0) return;
-  TORCH_CHECK(num_rows < (1LL << 31), "argmax_rows: at most 2^31 - 1 rows, got ", num_rows);
-  const c10::cuda::CUDAGuard guard(logits.device());
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  const int vocab = static_cast<int>(logits.size(1));
-  const bool vec4 = vocab % 4 == 0 && logits.stride(0) % 4 == 0 &&
-                    reinterpret_cast<uintptr_t>(logits.data_ptr()) % 16 == 0;
-  const int parts = argmax_parts(vocab, num_rows, logits);
+template <typename TIn, bool kWiden>
+void launch_argmax(const at::Tensor& out, const at::Tensor& logits, float* widened,
+                   int64_t widened_stride, bool vec4, int parts, cudaStream_t stream) {
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(num_rows), parts);
+  cfg.gridDim = dim3(static_cast<unsigned>(logits.size(0)), parts);
   cfg.blockDim = dim3(kArgmaxThreads);
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
@@ -240,12 +269,65 @@ void argmax_rows_cuda(at::Tensor& out, const at::Tensor& logits) {
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = parts > 1 ? 1 : 0;
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, argmax_rows_kernel, out.data_ptr<int64_t>(),
-                                    static_cast<const float*>(logits.data_ptr<float>()),
-                                    static_cast<int64_t>(logits.stride(0)), vocab, vec4));
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, argmax_rows_kernel<TIn, kWiden>, out.data_ptr<int64_t>(),
+                                    static_cast<const TIn*>(logits.data_ptr()),
+                                    static_cast<int64_t>(logits.stride(0)),
+                                    static_cast<int>(logits.size(1)), vec4, widened,
+                                    widened_stride));
+}
+
+void argmax_rows_cuda(at::Tensor& out, const at::Tensor& logits) {
+  check_argmax_rows(out, logits);
+  launch_argmax_rows(out, logits, nullptr);
 }
 
 }  // namespace
+
+void launch_argmax_rows(const at::Tensor& out, const at::Tensor& logits,
+                        const at::Tensor* widened) {
+  const int64_t num_rows = logits.size(0);
+  if (num_rows == 0) return;
+  TORCH_CHECK(num_rows < (1LL << 31), "argmax_rows: at most 2^31 - 1 rows, got ", num_rows);
+  if (widened != nullptr) {
+    TORCH_CHECK(widened->scalar_type() == at::kFloat && widened->sizes() == logits.sizes() &&
+                    widened->stride(1) == 1 && widened->device() == logits.device(),
+                "widened logits must be float32 ", logits.sizes(), " with contiguous rows, got ",
+                widened->scalar_type(), " ", widened->sizes());
+  }
+  const c10::cuda::CUDAGuard guard(logits.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const int vocab = static_cast<int>(logits.size(1));
+  const int64_t quad_bytes = 4 * static_cast<int64_t>(logits.element_size());
+  bool vec4 = vocab % 4 == 0 && logits.stride(0) % 4 == 0 &&
+              reinterpret_cast<uintptr_t>(logits.data_ptr()) % quad_bytes == 0;
+  float* w = nullptr;
+  int64_t w_stride = 0;
+  if (widened != nullptr) {
+    w = widened->data_ptr<float>();
+    w_stride = widened->stride(0);
+    vec4 = vec4 && w_stride % 4 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  }
+  const int parts = argmax_parts(vocab, num_rows, logits);
+  auto run = [&](auto tag) {
+    using TIn = decltype(tag);
+    if (w != nullptr) {
+      launch_argmax<TIn, true>(out, logits, w, w_stride, vec4, parts, stream);
+    } else {
+      launch_argmax<TIn, false>(out, logits, nullptr, 0, vec4, parts, stream);
+    }
+  };
+  switch (logits.scalar_type()) {
+    case at::kFloat:
+      TORCH_CHECK(w == nullptr, "float32 logits need no widening");
+      return run(float{});
+    case at::kHalf: return run(c10::Half{});
+    case at::kBFloat16: return run(c10::BFloat16{});
+    default:
+      TORCH_CHECK(false, "logits must be float32, float16 or bfloat16, got ",
+                  logits.scalar_type());
+  }
+}
+
 }  // namespace vgraph
 
 TORCH_LIBRARY_IMPL(vgraph_C, CUDA, m) {

@@ -20,12 +20,13 @@ def sample(
     params: list[SamplingParams],
     generators: dict[str, torch.Generator] | None = None,
     ids: list[str] | None = None,
+    greedy: torch.Tensor | None = None,
 ) -> SamplerOutput:
     """One sampler call for requests with these params (ids name them for their generators)."""
     ids = ids or [str(i) for i in range(len(params))]
     reqs = [Request(rid, [1], p, frozenset()) for rid, p in zip(ids, params)]
     md = build_sampling_metadata(reqs, {} if generators is None else generators, CPU)
-    return Sampler()(logits, md)
+    return Sampler()(logits, md, greedy)
 
 
 def random_logits(rows: int, seed: int = 0, scale: float = 3.0) -> torch.Tensor:
@@ -44,6 +45,20 @@ def test_greedy_is_argmax() -> None:
     out = sample(logits, [SamplingParams(temperature=0.0)] * 16)
     assert torch.equal(out.token_ids, logits.argmax(dim=-1))
     assert out.logprobs is None and out.logprob_token_ids is None
+
+
+def test_greedy_tokens_from_the_head_are_used_unless_processors_change_the_logits() -> None:
+    """The LM head's greedy tokens (a FULL graph's argmax) are the greedy rows' tokens as they
+    are (the sampler launches no argmax of its own); a logits processor (here logit_bias)
+    changes the logits, and then the sampler takes the argmax of the processed logits."""
+    logits = random_logits(4)
+    head = torch.tensor([5, 6, 7, 8])  # not the argmax: shows which one was taken
+    out = sample(logits, [SamplingParams(temperature=0.0)] * 4, greedy=head)
+    assert out.token_ids is head
+    mixed = [SamplingParams(temperature=0.0 if i % 2 else 1.0) for i in range(4)]
+    assert torch.equal(sample(logits, mixed, greedy=head).token_ids[1::2], head[1::2])
+    biased = [SamplingParams(temperature=0.0, logit_bias={3: 100.0})] * 4
+    assert torch.equal(sample(logits, biased, greedy=head).token_ids, torch.full((4,), 3))
 
 
 def test_greedy_rows_stay_argmax_in_a_mixed_batch() -> None:

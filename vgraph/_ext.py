@@ -120,14 +120,16 @@ def _register_fakes() -> None:
     def _embedding_fake(out, ids, weight, start, end, vocab_size) -> None:
         return None
 
-    # The fused decode ops (csrc/decode_*.cpp/.cu) write only their Tensor(a!) argument too.
+    # The fused decode ops (csrc/decode_*.cpp/.cu) write only their mutable arguments too.
     @torch.library.register_fake("vgraph_C::linear_out")
-    def _linear_out_fake(out, x, weight, max_gemv_tokens=None) -> None:
+    def _linear_out_fake(
+        out, x, weight, max_gemv_tokens=None, greedy=None, greedy_state=None
+    ) -> None:
         return None
 
     @torch.library.register_fake("vgraph_C::rms_norm_linear_out")
     def _rms_norm_linear_out_fake(
-        out, hidden, norm_weight, eps, weight, max_gemv_tokens=None
+        out, hidden, norm_weight, eps, weight, max_gemv_tokens=None, greedy=None, greedy_state=None
     ) -> None:
         return None
 

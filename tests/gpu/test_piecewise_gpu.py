@@ -125,10 +125,10 @@ def test_replayed_pieces_equal_the_compiled_pieces_run_eagerly(folder, cache_dir
                 step.layout.gpu.input_ids[:n].copy_(torch.randint(0, 512, (n,), generator=gen))
                 step.layout.gpu.positions[:n].copy_(torch.arange(n))
                 common = runner.build_common_metadata(step)
-                eager = runner.execute_forward(step, common).clone()
+                eager = runner.execute_forward(step, common).logits.clone()
                 graph = runner.execute_forward(
                     step, common, CUDAGraphMode.PIECEWISE, BatchDescriptor(size)
-                )
+                ).logits
                 torch.cuda.synchronize()
                 torch.testing.assert_close(
                     graph[:n].float(), eager[:n].float(), atol=3e-2, rtol=3e-2, msg=f"size {size}"

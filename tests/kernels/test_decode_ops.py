@@ -6,8 +6,8 @@ token threshold, a chain of the ops captured in one CUDA graph (programmatic dep
 inside) replayed with new inputs, at one token row pairs packed several to a CTA and grids
 looping over them (bit-equal to a CTA per pair), above 8 tokens the tensor-core kernel's launch
 split by tokens (bit-equal to whole column tiles), the wide tensor-core kernel (splits, tiles a
-CTA, the table's picks of it), the switches' checks, and the ops under torch.compile. CPU always,
-CUDA under the `gpu` marker.
+CTA, the table's picks of it), the LM head ops' greedy tokens (every path, in a CUDA graph too),
+the switches' checks, and the ops under torch.compile. CPU always, CUDA under the `gpu` marker.
 """
 
 from __future__ import annotations
@@ -555,6 +555,115 @@ def test_cuda_graph_chain_with_pdl_replays_new_inputs(
             assert torch.equal(got, ref)  # same kernels, same order: bit-equal
 
 
+GREEDY_STATE = 33  # csrc/decode_common.h: kGreedyStateSize
+
+
+def head_with_greedy(
+    x: torch.Tensor, norm_w: torch.Tensor | None, w: torch.Tensor, out_dtype: torch.dtype,
+    max_tokens: int | None, state: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """The LM head op (with the final norm where norm_w is given) with its greedy tokens."""
+    out = torch.empty(x.shape[0], w.shape[0], dtype=out_dtype, device=x.device)
+    greedy = torch.full((x.shape[0],), -7, dtype=torch.int64, device=x.device)
+    if norm_w is None:
+        OPS.linear_out(out, x, w, max_tokens, greedy=greedy, greedy_state=state)
+    else:
+        OPS.rms_norm_linear_out(out, x, norm_w, EPS, w, max_tokens, greedy=greedy,
+                                greedy_state=state)  # fmt: skip
+    return out, greedy
+
+
+def head_weight(rows: int, x: torch.Tensor, nan: bool) -> torch.Tensor:
+    """[rows, hidden] LM head weights whose best rows for the first token tie: rows 7 and rows - 3
+    (in different CTAs of every kernel) are equal and far above the rest; with `nan` row
+    1 + rows // 2 holds a NaN, every token's argmax (torch ranks NaN above every number)."""
+    hidden = x.shape[1]
+    w = rand(rows, hidden, device=x.device.type, dtype=x.dtype, seed=21, scale=hidden**-0.5)
+    top = (x[0].float() / x[0].float().norm() * 4.0).to(x.dtype)  # aligned with token 0
+    w[7], w[rows - 3] = top, top
+    if nan:
+        w[1 + rows // 2, 5] = float("nan")
+    return w
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("num_tokens", [1, 2, 3, 16, 17])
+@pytest.mark.parametrize("shape", ["SmolLM2-135M", "Llama-3.2-1B", "odd"])
+def test_head_greedy_tokens_are_the_argmax_of_its_logits(
+    shape: str, num_tokens: int, device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """linear_out / rms_norm_linear_out with greedy: each token's index of its largest written
+    logit, as torch.argmax picks it (ties to the lowest index across CTAs, NaN first), the
+    logits bit-equal to the call without it, on every path: the CUDA-core kernels' epilogue (a
+    CTA per pair or packed, a looping grid), the tensor-core kernel, cuBLAS with the widening
+    argmax, 16-bit or float32 logits; twice in a row with other inputs (the state is left
+    zeroed)."""
+    c = Case(shape, num_tokens, torch.float32 if device == "cpu" else torch.bfloat16, device)
+    state = None if device == "cpu" else torch.zeros(GREEDY_STATE, dtype=torch.int64, device=device)
+    variants = [("", "", "", None)]
+    if device != "cpu":
+        variants += [("cuda_core", "1", "", 32), ("cuda_core", "", "1", 32), ("mma", "", "", 32),
+                     ("", "", "", 0)]  # fmt: skip
+    for kernel, pairs, ctas, max_tokens in variants:
+        monkeypatch.setenv("VGRAPH_GEMV", kernel)
+        monkeypatch.setenv("VGRAPH_GEMV_PAIRS", pairs)
+        monkeypatch.setenv("VGRAPH_GEMV_CTAS_PER_SM", ctas)
+        monkeypatch.setenv("VGRAPH_GEMV_LOOP", "1" if ctas else "")
+        for seed, nan in ((31, False), (32, True)):
+            x = rand(num_tokens, c.hidden, device=device, dtype=c.hidden_x.dtype, seed=seed)
+            w = head_weight(4101, x, nan)
+            for norm_w in (None, c.norm_w):
+                for out_dtype in {torch.float32, x.dtype}:
+                    out, greedy = head_with_greedy(x, norm_w, w, out_dtype, max_tokens, state)
+                    assert torch.equal(greedy, out.float().argmax(dim=-1)), (kernel, pairs, ctas)
+                    plain = torch.empty_like(out)
+                    if norm_w is None:
+                        OPS.linear_out(plain, x, w, max_tokens)
+                    else:
+                        OPS.rms_norm_linear_out(plain, x, norm_w, EPS, w, max_tokens)
+                    torch.testing.assert_close(out, plain, rtol=0, atol=0, equal_nan=True)
+                    if nan:
+                        assert (greedy == 1 + 4101 // 2).all()
+                    elif norm_w is None:  # token 0's best rows tie: the first wins
+                        assert greedy[0].item() == 7
+                if state is not None:
+                    assert not state.any()  # zeroed for the next call
+
+
+@pytest.mark.parametrize("device", [CUDA])
+@pytest.mark.parametrize("num_tokens", [1, 16])
+def test_head_greedy_replays_in_a_cuda_graph(num_tokens: int, device: str) -> None:
+    """The final norm + LM head with its greedy tokens (SmolLM2-135M's vocabulary: the looping
+    CUDA-core kernel's epilogue at one token, cuBLAS and the widening argmax at 16) captured in a
+    CUDA graph and replayed with new inputs: each replay's tokens are its logits' argmax."""
+    c = Case("SmolLM2-135M", num_tokens, torch.bfloat16, device)
+    w = rand(49152, c.hidden, device=device, dtype=torch.bfloat16, seed=22, scale=c.hidden**-0.5)
+    state = torch.zeros(GREEDY_STATE, dtype=torch.int64, device=device)
+    x = torch.empty(num_tokens, c.hidden, dtype=torch.bfloat16, device=device)
+    out = torch.empty(num_tokens, w.shape[0], dtype=torch.float32, device=device)
+    greedy = torch.empty(num_tokens, dtype=torch.int64, device=device)
+
+    def head() -> None:
+        OPS.rms_norm_linear_out(out, x, c.norm_w, EPS, w, greedy=greedy, greedy_state=state)
+
+    x.copy_(c.hidden_x)
+    head()  # warm-up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        head()
+    seen = set()
+    for seed in (41, 42, 43):
+        x.copy_(rand(num_tokens, c.hidden, device=device, dtype=torch.bfloat16, seed=seed))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = (norm_ref(x, c.norm_w) @ w.float().T).argmax(dim=-1)
+        assert torch.equal(greedy, out.argmax(dim=-1))
+        assert (greedy == want).float().mean().item() >= 0.5  # the logits are the head's
+        seen.add(tuple(greedy.tolist()))
+    assert len(seen) == 3 and not state.any()
+
+
 class Layer(torch.nn.Module):
     """The fused decoder-layer chain, as the model calls it, for torch.compile."""
 
@@ -604,6 +713,17 @@ def test_bad_arguments_are_rejected() -> None:
         OPS.rms_norm_linear_out(torch.empty(3, c.inter * 2), c.hidden_x, c.norm_w[:7], EPS, c.w_gu)
     with pytest.raises(RuntimeError, match="out must be \\[3, 528\\]"):
         OPS.rms_norm_linear_out(torch.empty(3, 7), c.hidden_x, c.norm_w, EPS, c.w_gu)
+    logits = torch.empty(3, c.inter * 2)
+    with pytest.raises(RuntimeError, match="greedy must be a contiguous int64 \\[3\\]"):
+        OPS.linear_out(logits, c.hidden_x, c.w_gu, greedy=torch.empty(3, dtype=torch.int32))
+    with pytest.raises(RuntimeError, match="greedy must be a contiguous int64 \\[3\\]"):
+        OPS.rms_norm_linear_out(logits, c.hidden_x, c.norm_w, EPS, c.w_gu,
+                                greedy=torch.empty(4, dtype=torch.int64))  # fmt: skip
+    with pytest.raises(RuntimeError, match="greedy_state is given without greedy"):
+        OPS.linear_out(logits, c.hidden_x, c.w_gu, greedy_state=torch.zeros(33, dtype=torch.int64))
+    with pytest.raises(RuntimeError, match="greedy_state must be a contiguous int64 \\[>= 33\\]"):
+        OPS.linear_out(logits, c.hidden_x, c.w_gu, greedy=torch.empty(3, dtype=torch.int64),
+                       greedy_state=torch.zeros(32, dtype=torch.int64))  # fmt: skip
 
 
 @pytest.mark.parametrize("device", [CUDA])
@@ -622,7 +742,13 @@ def test_cuda_bad_arguments_raise(device: str) -> None:
         "    torch.ops.vgraph_C.linear_out(torch.empty(4, 4096, device='cuda'), x, w)\n"
         "except RuntimeError as e:\n"
         "    print('raised:', str(e).splitlines()[0])\n"
+        "g = torch.empty(4, dtype=torch.int64, device='cuda')\n"
+        "try:\n"
+        "    torch.ops.vgraph_C.linear_out(torch.empty(4, 3072, device='cuda'), x, w, greedy=g)\n"
+        "except RuntimeError as e:\n"
+        "    print('raised:', str(e).splitlines()[0])\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "raised: out must be [4, 3072]" in proc.stdout
+    assert "raised: greedy_state is required with greedy on CUDA" in proc.stdout

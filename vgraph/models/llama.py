@@ -43,6 +43,9 @@ from vgraph.layers.vocab_parallel_embedding import (
 )
 
 # checkpoint name fragment -> (our fused parameter fragment, shard id)
+# The fused head ops' greedy_state size (csrc/decode_common.h: kGreedyStateSize).
+GREEDY_STATE_SIZE = 33
+
 STACKED_PARAMS = {
     ".q_proj.": (".qkv_proj.", "q"),
     ".k_proj.": (".qkv_proj.", "k"),
@@ -227,6 +230,9 @@ class LlamaModel(nn.Module):
 class LlamaForCausalLM(nn.Module):
     attention_bias = False
     qk_norm = False
+    # On the fused path, the greedy tokens from the LM head op (compute_logits_and_greedy); off:
+    # the sampler's own argmax launch after the head (for comparisons).
+    greedy_in_head = True
 
     def __init__(self, cfg: dict[str, Any]) -> None:
         super().__init__()
@@ -236,6 +242,7 @@ class LlamaForCausalLM(nn.Module):
         self.tie_word_embeddings = cfg.get("tie_word_embeddings", False)
         if not self.tie_word_embeddings:
             self.lm_head = ParallelLMHead(cfg["vocab_size"], cfg["hidden_size"])
+        self.greedy_state: torch.Tensor | None = None  # the fused head's (_greedy_state)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """input_ids, positions: [T] -> hidden states [T, hidden_size], for compute_logits (on the
@@ -244,21 +251,43 @@ class LlamaForCausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [R, hidden_size] rows of forward's output -> float32 logits [R, vocab_size]."""
+        return self.compute_logits_and_greedy(hidden, greedy=False)[0]
+
+    def compute_logits_and_greedy(
+        self, hidden: torch.Tensor, greedy: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """compute_logits, and on the fused path each row's greedy token [R] int64 (the argmax of
+        its logits) from the head op itself: in the GEMV's epilogue at small row counts, with the
+        widening of cuBLAS's output above, so a FULL graph ends with the greedy tokens and the
+        sampler launches no argmax. None where the head is torch code."""
         head = self.model.embed_tokens if self.tie_word_embeddings else self.lm_head
         weight = head.weight
-        if self.model.fused:  # final norm + LM head in one op (logits rounded to the dtype first)
-            logits = torch.empty(
-                hidden.shape[0], weight.shape[0], dtype=torch.float32, device=hidden.device
+        if not self.model.fused:
+            return vocab_parallel_logits(hidden, head), None
+        # final norm + LM head in one op (logits rounded to the dtype first)
+        rows = hidden.shape[0]
+        logits = torch.empty(rows, weight.shape[0], dtype=torch.float32, device=hidden.device)
+        state = self._greedy_state(hidden.device)  # made at the first call (the memory profile)
+        ids = None
+        if greedy and self.greedy_in_head:
+            ids = torch.empty(rows, dtype=torch.int64, device=hidden.device)
+        else:
+            state = None
+        if self.model.norm_in_head:
+            norm = self.model.norm
+            torch.ops.vgraph_C.rms_norm_linear_out(
+                logits, hidden, norm.weight, norm.eps, weight, greedy=ids, greedy_state=state
             )
-            if self.model.norm_in_head:
-                norm = self.model.norm
-                torch.ops.vgraph_C.rms_norm_linear_out(
-                    logits, hidden, norm.weight, norm.eps, weight
-                )
-            else:
-                torch.ops.vgraph_C.linear_out(logits, hidden, weight)
-            return logits
-        return vocab_parallel_logits(hidden, head)
+        else:
+            torch.ops.vgraph_C.linear_out(logits, hidden, weight, greedy=ids, greedy_state=state)
+        return logits, ids
+
+    def _greedy_state(self, device: torch.device) -> torch.Tensor:
+        """The head op's scratch for its greedy tokens: zeroed once, at the first fused head call
+        (the memory profile's, eager, before any capture), and left zeroed by every call."""
+        if self.greedy_state is None or self.greedy_state.device != device:
+            self.greedy_state = torch.zeros(GREEDY_STATE_SIZE, dtype=torch.int64, device=device)
+        return self.greedy_state
 
     def checkpoint_name_map(self, name: str) -> tuple[str, object] | None:
         """Map a checkpoint tensor name to (our parameter name, shard id); None to skip it."""

@@ -49,11 +49,16 @@ class SamplerOutput:
 
 
 class Sampler:
-    def __call__(self, logits: torch.Tensor, md: SamplingMetadata) -> SamplerOutput:
-        """logits: [R, vocab] float32. Logprobs are of these raw logits; bans apply to sampling."""
+    def __call__(
+        self, logits: torch.Tensor, md: SamplingMetadata, greedy: torch.Tensor | None = None
+    ) -> SamplerOutput:
+        """logits: [R, vocab] float32. Logprobs are of these raw logits; bans apply to sampling.
+        greedy: [R] int64, the raw logits' argmax where the LM head computed it (in a FULL graph),
+        used unless a logits processor changes the logits."""
         raw = logits
         logits = self.process(logits, md)
-        greedy = greedy_tokens(logits)
+        if greedy is None or md.processors is not None:
+            greedy = greedy_tokens(logits)
         if md.all_greedy:
             token_ids = greedy
         else:

@@ -19,7 +19,7 @@ import logging
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from tqdm import tqdm
@@ -41,38 +41,55 @@ DummyStep = tuple[StepInputs, CommonAttentionMetadata]  # a key's padded counts,
 PrepareDummy = Callable[[CUDAGraphMode, BatchDescriptor], DummyStep]  # (runtime mode, key) ->
 
 
+class StepLogits(NamedTuple):
+    """What a step's forward hands the sampler: each request's logits [num_reqs_padded, V]
+    float32, and where the head computes them (models' compute_logits_and_greedy), the argmax of
+    each row [num_reqs_padded] int64, so a FULL graph ends with the greedy tokens."""
+
+    logits: torch.Tensor
+    greedy: torch.Tensor | None = None
+
+
+HeadFn = Callable[[torch.Tensor], "tuple[torch.Tensor, torch.Tensor | None]"]  # hidden -> both
+
+
+def head_fn(model: torch.nn.Module) -> HeadFn:
+    """The model's head with its greedy tokens where it has them, else its logits alone."""
+    both = getattr(model, "compute_logits_and_greedy", None)
+    if both is not None:
+        return both
+    return lambda hidden: (model.compute_logits(hidden), None)
+
+
 class ForwardWithLogits:
     """The model, then the LM head on each request's last token: what a FULL graph captures, so
-    the head runs inside the graph as well. A FULL key's pad requests have empty query ranges
-    ending at the last real token, so their rows are valid and the caller slices them off.
-    Where the forward context carries the step's input copy (FULL), it runs first: a FULL graph
-    starts with the host-to-device copy of its inputs, one launch fewer on the host per step. A
-    uniform decode key (one token per request) needs no gather of the last tokens: three kernels
-    fewer in every FULL decode graph."""
+    the head runs inside the graph as well, with the greedy tokens where the head has them. A
+    FULL key's pad requests have empty query ranges ending at the last real token, so their rows
+    are valid and the caller slices them off. Where the forward context carries the step's input
+    copy (FULL), it runs first: a FULL graph starts with the host-to-device copy of its inputs,
+    one launch fewer on the host per step. A uniform decode key (one token per request) needs no
+    gather of the last tokens: three kernels fewer in every FULL decode graph."""
 
-    def __init__(
-        self,
-        model_fn: Callable[..., torch.Tensor],
-        compute_logits: Callable[[torch.Tensor], torch.Tensor],
-    ) -> None:
+    def __init__(self, model_fn: Callable[..., torch.Tensor], head: HeadFn) -> None:
         self.model_fn = model_fn
-        self.compute_logits = compute_logits
+        self.head = head
 
     def __call__(
         self,
         input_ids: torch.Tensor,  # [num_tokens_padded] int64
         positions: torch.Tensor,  # [num_tokens_padded] int64
         query_start_loc: torch.Tensor,  # [num_reqs_padded + 1] int32
-    ) -> torch.Tensor:  # [num_reqs_padded, vocab_size] float32
+    ) -> StepLogits:
         ctx = get_forward_context()
         if ctx.copy_inputs is not None:
             ctx.copy_inputs()
         hidden = self.model_fn(input_ids, positions)  # [num_tokens_padded, hidden_size]
         key = ctx.batch_descriptor
-        if key is not None and key.uniform:  # one token per request: row r is request r's
-            return self.compute_logits(hidden)  # (pad rows: pad tokens', sliced off as well)
-        last = query_start_loc[1:].long() - 1  # [num_reqs_padded]
-        return self.compute_logits(hidden[last])
+        if key is None or not key.uniform:
+            last = query_start_loc[1:].long() - 1  # [num_reqs_padded]
+            hidden = hidden[last]
+        # else one token per request: row r is request r's (pad rows: pad tokens', sliced off)
+        return StepLogits(*self.head(hidden))
 
 
 def build_forward(
@@ -80,14 +97,14 @@ def build_forward(
     config: VGraphConfig,
     mode: CUDAGraphMode,
     graph_backend: GraphBackend,
-) -> tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor]]:
+) -> tuple[Callable[..., torch.Tensor], Callable[..., StepLogits]]:
     """-> (model_fn: the model, maybe piecewise; logits_fn: model_fn + LM head, maybe FULL)."""
     model_fn: Callable[..., torch.Tensor] = model
     if mode.needs_piecewise():
         from vgraph.compilation.piecewise import compile_piecewise
 
         model_fn = compile_piecewise(model, config, graph_backend)
-    logits_fn: Callable[..., torch.Tensor] = ForwardWithLogits(model_fn, model.compute_logits)
+    logits_fn: Callable[..., StepLogits] = ForwardWithLogits(model_fn, head_fn(model))
     if mode.has_full():
         logits_fn = CUDAGraphWrapper(logits_fn, CUDAGraphMode.FULL, graph_backend)
     return model_fn, logits_fn

@@ -59,7 +59,7 @@ from vgraph.models.loader import load_model
 from vgraph.outputs import TokenLogprobs
 from vgraph.sample.sampler import SamplerOutput
 from vgraph.utils import cdiv
-from vgraph.worker.graph_capture import build_forward, capture_graphs
+from vgraph.worker.graph_capture import StepLogits, build_forward, capture_graphs
 from vgraph.worker.input_batch import InputBuffers, StepInputs
 from vgraph.worker.kv_cache import allocate_kv_cache, profile_free_bytes
 from vgraph.worker.memory import DeviceMemory
@@ -81,7 +81,7 @@ class LaunchedForward:
 
     sched: SchedulerOutput
     step: StepInputs
-    logits: torch.Tensor  # [num_reqs_padded, vocab_size] float32
+    logits: StepLogits  # [num_reqs_padded, vocab_size] float32, and the greedy tokens if known
     prompt_logprobs: dict[int, list[TokenLogprobs]]
 
 
@@ -134,7 +134,7 @@ class ModelRunner:
         self.step_sampler.token_feed = self.token_feed
         self.model: torch.nn.Module | None = None
         self.model_fn: Callable[..., torch.Tensor] | None = None  # model, maybe piecewise
-        self.logits_fn: Callable[..., torch.Tensor] | None = None  # + LM head, maybe FULL graph
+        self.logits_fn: Callable[..., StepLogits] | None = None  # + LM head, maybe FULL graph
         self.attn_layers: dict[str, Attention] = {}
         self.planner: AttentionPlanner | None = None  # the backend's per-step host work
         self.kv_caches: dict[str, torch.Tensor] = {}
@@ -251,9 +251,10 @@ class ModelRunner:
             token_ids = step.layout.np.input_ids[: step.num_tokens]  # [num_tokens] int64
             self.broadcast(build_tp_step(token_ids, sched, step, mode, key, num_prefix_blocks))
         if spans:
-            logits, prompt_lps = self.execute_with_prompt_logprobs(
+            head_logits, prompt_lps = self.execute_with_prompt_logprobs(
                 sched, step, common, mode, key, spans
             )
+            logits = StepLogits(head_logits)
         else:
             logits, prompt_lps = self.execute_forward(step, common, mode, key), {}
         return LaunchedForward(sched, step, logits, prompt_lps)
@@ -366,8 +367,9 @@ class ModelRunner:
         mode: CUDAGraphMode = CUDAGraphMode.NONE,
         key: BatchDescriptor | None = None,
         capturing: bool = False,
-    ) -> torch.Tensor:
-        """Returns float32 logits of each request's last token [num_reqs_padded, vocab_size]."""
+    ) -> StepLogits:
+        """Returns float32 logits of each request's last token [num_reqs_padded, vocab_size], and
+        their greedy tokens where the model's head computes them."""
         inputs = step.layout.gpu  # views of the runner's static buffers, padded
         with set_forward_context(self._forward_context(common, mode, key, capturing, step)):
             return self.logits_fn(inputs.input_ids, inputs.positions, inputs.query_start_loc)
@@ -419,11 +421,13 @@ class ModelRunner:
         self,
         sched: SchedulerOutput,
         step: StepInputs,
-        logits: torch.Tensor,  # [num_reqs_padded, vocab_size] float32
+        logits: StepLogits,  # [num_reqs_padded, vocab_size] float32 (+ greedy tokens)
         grammar_bitmask: BitmaskFn | None = None,
     ) -> SamplerOutput:
         """The real requests' logits -> tokens, on the device (step_sampler.py)."""
-        return self.step_sampler(sched.requests, logits[: step.num_reqs], grammar_bitmask)
+        n = step.num_reqs
+        greedy = None if logits.greedy is None else logits.greedy[:n]
+        return self.step_sampler(sched.requests, logits.logits[:n], grammar_bitmask, greedy)
 
     # ---- graphs -----------------------------------------------------------------------------
     @torch.inference_mode()

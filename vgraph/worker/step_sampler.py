@@ -42,6 +42,7 @@ class StepSampler:
         requests: list[Request],  # the step's, in batch order
         logits: torch.Tensor,  # [num_reqs, vocab_size] float32: the real requests' rows
         grammar_bitmask: BitmaskFn | None = None,
+        greedy: torch.Tensor | None = None,  # [num_reqs] int64: their argmax, if the head has it
     ) -> SamplerOutput:
         """The sampling inputs are built first, then the bitmask is filled and joins them: all
         host work while the device computes the logits."""
@@ -58,4 +59,4 @@ class StepSampler:
         if bitmask is not None:
             assert md.processors is not None
             md.processors.bitmask = bitmask.to(self.device, non_blocking=True)
-        return self.sampler(logits, md)
+        return self.sampler(logits, md, greedy)
