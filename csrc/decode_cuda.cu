@@ -189,8 +189,9 @@ Kernel pick_kernel(Epilogue e, int64_t m, int64_t n, int64_t k, int64_t head_siz
 
 // The chosen fused kernel on a's shape (the wide kernel falls back to the tensor-core one where it
 // does not fit).
+// Returns whether the kernel wrote call.greedy (launch_gemv).
 template <typename T, Epilogue E>
-void launch_fused(const GemvArgs<T>& call, int num_pairs, cudaStream_t stream) {
+bool launch_fused(const GemvArgs<T>& call, int num_pairs, cudaStream_t stream) {
   GemvArgs<T> a = call;
   const Threshold* t = find_threshold(E, a.N, a.K);
   // The norm ops scale the sums by 1 / rms (GemvArgs::norm_scaled) rather than normalize x before
@@ -213,13 +214,16 @@ void launch_fused(const GemvArgs<T>& call, int num_pairs, cudaStream_t stream) {
   // within the spread. VGRAPH_GEMV_L2_EVICT_FIRST=0 leaves the loads unhinted (comparisons).
   a.l2_evict_first = env_int("VGRAPH_GEMV_L2_EVICT_FIRST", 1, 0, 1) == 1;
   const Kernel kernel = pick_kernel(E, a.num_tokens, a.N, a.K, a.head_size);
-  if (kernel == Kernel::kWide && launch_gemv_wide<T, E>(a, stream)) return;
-  if (kernel != Kernel::kCudaCore) return launch_gemv_mma<T, E>(a, stream);
+  if (kernel == Kernel::kWide && launch_gemv_wide<T, E>(a, stream)) return false;
+  if (kernel != Kernel::kCudaCore) {
+    launch_gemv_mma<T, E>(a, stream);
+    return false;
+  }
   // VGRAPH_GEMV_LOOP=0 / 1 forbids / allows it at every shape (comparisons; read at each launch).
   a.may_loop = env_int("VGRAPH_GEMV_LOOP", t == nullptr || t->loop ? 1 : 0, 0, 1) == 1;
   // VGRAPH_GEMV_PACK=0 / 1 forbids / allows the table's packing at every shape (comparisons).
   a.pack_pairs = env_int("VGRAPH_GEMV_PACK", t != nullptr && t->pack ? 1 : 0, 0, 1) == 1;
-  launch_gemv<T, E>(a, num_pairs, stream);
+  return launch_gemv<T, E>(a, num_pairs, stream);
 }
 
 template <typename T>
@@ -253,13 +257,6 @@ void unfused_head_out(at::Tensor& out, const at::Tensor& x, const at::Tensor& we
   launch_argmax_rows(*greedy, at::mm(x, weight.t()), &out);  // rounded to x's dtype, then widened
 }
 
-static_assert(kGreedyStateSize == kMaxGemvTokens + 1, "greedy_state: a key a token, then a count");
-
-// Whether the greedy tokens come from the fused kernel's epilogue: the CUDA-core kernels have it.
-bool greedy_in_kernel(Epilogue e, const at::Tensor& x, const at::Tensor& weight) {
-  return pick_kernel(e, x.size(0), weight.size(0), x.size(1), 0) == Kernel::kCudaCore;
-}
-
 template <typename T>
 void set_greedy(GemvArgs<T>& a, const std::optional<at::Tensor>& greedy,
                 const std::optional<at::Tensor>& greedy_state) {
@@ -278,17 +275,17 @@ void linear_out_cuda(at::Tensor& out, const at::Tensor& x, const at::Tensor& wei
   if (!use_gemv(Epilogue::kStore, x, weight, nullptr, max_gemv_tokens)) {
     return unfused_head_out(out, x, weight, greedy);
   }
-  const bool in_kernel = greedy && greedy_in_kernel(Epilogue::kStore, x, weight);
+  bool written = false;  // greedy, by the kernel's epilogue
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   VGRAPH_DISPATCH_16BIT(x.scalar_type(), "linear_out_cuda", [&] {
     GemvArgs<scalar_t> a = base_args<scalar_t>(x, weight);
     a.out = out.data_ptr();
     a.out_stride = out.stride(0);
     a.out_float = out.scalar_type() == at::kFloat;
-    if (in_kernel) set_greedy(a, greedy, greedy_state);
-    launch_fused<scalar_t, Epilogue::kStore>(a, (a.N + kRows - 1) / kRows, stream);
+    if (greedy) set_greedy(a, greedy, greedy_state);
+    written = launch_fused<scalar_t, Epilogue::kStore>(a, (a.N + kRows - 1) / kRows, stream);
   });
-  if (greedy && !in_kernel) launch_argmax_rows(*greedy, out, nullptr);
+  if (greedy && !written) launch_argmax_rows(*greedy, out, nullptr);
 }
 
 void rms_norm_linear_out_cuda(at::Tensor& out, const at::Tensor& hidden,
@@ -303,7 +300,7 @@ void rms_norm_linear_out_cuda(at::Tensor& out, const at::Tensor& hidden,
   if (!use_gemv(Epilogue::kNormStore, hidden, weight, &norm_weight, max_gemv_tokens)) {
     return unfused_head_out(out, CudaPath::norm(hidden, norm_weight, eps), weight, greedy);
   }
-  const bool in_kernel = greedy && greedy_in_kernel(Epilogue::kNormStore, hidden, weight);
+  bool written = false;  // greedy, by the kernel's epilogue
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   VGRAPH_DISPATCH_16BIT(hidden.scalar_type(), "rms_norm_linear_out_cuda", [&] {
     GemvArgs<scalar_t> a = base_args<scalar_t>(hidden, weight);
@@ -312,10 +309,10 @@ void rms_norm_linear_out_cuda(at::Tensor& out, const at::Tensor& hidden,
     a.out = out.data_ptr();
     a.out_stride = out.stride(0);
     a.out_float = out.scalar_type() == at::kFloat;
-    if (in_kernel) set_greedy(a, greedy, greedy_state);
-    launch_fused<scalar_t, Epilogue::kNormStore>(a, (a.N + kRows - 1) / kRows, stream);
+    if (greedy) set_greedy(a, greedy, greedy_state);
+    written = launch_fused<scalar_t, Epilogue::kNormStore>(a, (a.N + kRows - 1) / kRows, stream);
   });
-  if (greedy && !in_kernel) launch_argmax_rows(*greedy, out, nullptr);
+  if (greedy && !written) launch_argmax_rows(*greedy, out, nullptr);
 }
 
 void linear_add_residual_cuda(at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight,

@@ -229,7 +229,7 @@ __device__ __forceinline__ void write_pair(const GemvArgs<T>& a, int m, int row0
   }
 }
 
-// ---- greedy epilogue (kStore / kNormStore with GemvArgs::greedy) ---------------------------------
+// ---- greedy epilogue (the looping kernel's kStore / kNormStore with GemvArgs::greedy) ------------
 // A stored value and its row as one integer that orders like torch.argmax: NaN above every number,
 // -0 equal to +0, and among equal values the lowest row first (the row enters inverted), so the
 // token's greedy row is the largest key's; 0 is below every key (nothing yet).
@@ -248,37 +248,34 @@ __device__ __forceinline__ unsigned long long greedy_pair_key(int row0, int row1
   return k0 > k1 ? k0 : k1;
 }
 
-// Called by every thread of the CTA once, after its stores: `key` is this thread's best key of
-// token `tid` of its pair slot `sub` (0 if it wrote none). The CTA's best of each token goes into
+// Called by every thread of the looping kernel's CTA once, after its stores (one token): `key` is
+// the best key of this thread's pairs (0 but for a pair's first thread). The CTA's best goes into
 // the launch's state (a global atomic max), then the CTA counts itself done; the last CTA reads
-// the winners, writes each token's greedy row and zeroes the state for the next launch.
-template <int MT>
+// the winner, writes the greedy row and zeroes the state for the next launch. The looping grid
+// has at most as many CTAs as fit the GPU: a CTA per row pair (tens of thousands for a large
+// vocabulary) would queue that many atomics on two addresses (Llama-3.2-1B's head took 63 us
+// longer so, 2026-12-04-h200-head-greedy call 1), and there the op runs an argmax after it.
 __device__ __forceinline__ void greedy_finish(int64_t* greedy, unsigned long long* state,
-                                              int m_count, int pairs_per_cta, int sub, int tid,
+                                              int pairs_per_cta, int sub, int tid,
                                               unsigned long long key) {
-  __shared__ unsigned long long s_key[kThreads / 32][MT];  // [pair slot][token]
+  __shared__ unsigned long long s_key[kThreads / 32];  // [pair slot]
   __shared__ bool s_last;
-  if (tid < MT) s_key[sub][tid] = tid < m_count ? key : 0ull;
+  if (tid == 0) s_key[sub] = key;
   __syncthreads();
-  const int m = threadIdx.x;
-  if (m < m_count) {
+  if (threadIdx.x == 0) {
     unsigned long long best = 0ull;
-    for (int p = 0; p < pairs_per_cta; ++p) best = max(best, s_key[p][m]);
-    atomicMax(state + m, best);
+    for (int p = 0; p < pairs_per_cta; ++p) best = max(best, s_key[p]);
+    atomicMax(state, best);
     __threadfence();  // the max is visible before this CTA counts itself done
-  }
-  __syncthreads();
-  if (m == 0) {
-    const unsigned int done = atomicAdd(reinterpret_cast<unsigned int*>(state + kMaxGemvTokens), 1u);
+    const unsigned int done = atomicAdd(reinterpret_cast<unsigned int*>(state + 1), 1u);
     s_last = done == gridDim.x - 1;
   }
   __syncthreads();
-  if (!s_last) return;
-  if (m < m_count) {
-    const unsigned long long k = atomicExch(state + m, 0ull);
-    greedy[m] = static_cast<int64_t>(0xffffffffu - static_cast<uint32_t>(k));
+  if (threadIdx.x == 0 && s_last) {
+    const unsigned long long k = atomicExch(state, 0ull);
+    *greedy = static_cast<int64_t>(0xffffffffu - static_cast<uint32_t>(k));
+    atomicExch(state + 1, 0ull);
   }
-  if (m == 0) atomicExch(state + kMaxGemvTokens, 0ull);
 }
 
 // The output rows of row pair `pair`: gate i and up i for kSiluMul, rotate-half partners for
@@ -469,40 +466,27 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
     }
   }
   if (num_warps > 1) __syncthreads();
-  // With a greedy epilogue every thread goes on to greedy_finish's barriers.
-  constexpr bool kStoreOut = E == Epilogue::kStore || E == Epilogue::kNormStore;
-  const bool greedy = kStoreOut && a.greedy != nullptr;
-  const bool writer = tid < m_count && writes;
-  if (!writer && !greedy) return;
+  if (tid >= m_count || !writes) return;
 
   // 6. Epilogue: thread m writes token m's outputs (scaled sums: times the token's 1 / rms).
   const int m = tid;
-  unsigned long long key = 0ull;
-  if (writer) {
-    if (num_warps > 1) {
+  if (num_warps > 1) {
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        float s = 0.f;
-        for (int i = 0; i < num_warps; ++i) s += s_acc[cta_warp - warp + i][r][m];
-        y[r] = s;
-      }
-      if (scaled) {
-        y_sq = 0.f;
-        for (int i = 0; i < num_warps; ++i) y_sq += s_sq[cta_warp - warp + i][m];
-      }
+    for (int r = 0; r < kRows; ++r) {
+      float s = 0.f;
+      for (int i = 0; i < num_warps; ++i) s += s_acc[cta_warp - warp + i][r][m];
+      y[r] = s;
     }
     if (scaled) {
-      const float r = rsqrtf(y_sq / static_cast<float>(a.K) + a.eps);
-      y[0] *= r, y[1] *= r;
-    }
-    write_pair<T, E>(a, m, row[0], row[1], true, valid1, y[0], y[1], in);
-    if (greedy) key = greedy_pair_key<T>(row[0], row[1], valid1, y[0], y[1]);
-  }
-  if constexpr (kStoreOut) {
-    if (greedy) {
-      greedy_finish<MT>(a.greedy, a.greedy_state, m_count, a.pairs_per_cta, sub, tid, key);
+      y_sq = 0.f;
+      for (int i = 0; i < num_warps; ++i) y_sq += s_sq[cta_warp - warp + i][m];
     }
   }
+  if (scaled) {
+    const float r = rsqrtf(y_sq / static_cast<float>(a.K) + a.eps);
+    y[0] *= r, y[1] *= r;
+  }
+  write_pair<T, E>(a, m, row[0], row[1], true, valid1, y[0], y[1], in);
 }
 
 // ---- the looping kernel (one token) -------------------------------------------------------------
@@ -665,7 +649,7 @@ __global__ void __launch_bounds__(kThreads) gemv_loop_kernel(const GemvArgs<T> a
     group = next_group;
   }
   if constexpr (kStoreOut) {
-    if (a.greedy != nullptr) greedy_finish<1>(a.greedy, a.greedy_state, 1, ppc, sub, tid, key);
+    if (a.greedy != nullptr) greedy_finish(a.greedy, a.greedy_state, ppc, sub, tid, key);
   }
 }
 
@@ -723,7 +707,7 @@ int loop_grid(int groups, int block, int64_t weight_bytes) {
 }
 
 template <typename T, int MT, Epilogue E>
-void launch_mt(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream) {
+bool launch_mt(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream) {
   GemvArgs<T> args = a;
   const int threads = gemv_threads(a.num_tokens, a.K);
   args.num_pairs = num_pairs;
@@ -740,27 +724,28 @@ void launch_mt(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream) {
     const cudaLaunchConfig_t cfg =
         pdl::launch_config(dim3(loop), dim3(block), 0, stream, attr, a.pdl);
     C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_loop_kernel<T, E>, args));
-    return;
+    return args.greedy != nullptr;
   }
   const cudaLaunchConfig_t cfg =
       pdl::launch_config(dim3(groups), dim3(block), 0, stream, attr, a.pdl);
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<T, MT, E>, args));
+  return false;  // no greedy epilogue: a CTA per pair group
 }
 
 template <typename T, Epilogue E>
-void launch_gemv(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream) {
+bool launch_gemv(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream) {
   const int m = a.num_tokens;
   if (m <= 1) return launch_mt<T, 1, E>(a, num_pairs, stream);
   if (m <= 2) return launch_mt<T, 2, E>(a, num_pairs, stream);
   if (m <= 4) return launch_mt<T, 4, E>(a, num_pairs, stream);
   if (m <= 8) return launch_mt<T, 8, E>(a, num_pairs, stream);
   if (m <= 16) return launch_mt<T, 16, E>(a, num_pairs, stream);
-  launch_mt<T, 32, E>(a, num_pairs, stream);
+  return launch_mt<T, 32, E>(a, num_pairs, stream);
 }
 
 #define VGRAPH_INSTANTIATE_GEMV(E)                                                               \
-  template void launch_gemv<c10::Half, E>(const GemvArgs<c10::Half>&, int, cudaStream_t);     \
-  template void launch_gemv<c10::BFloat16, E>(const GemvArgs<c10::BFloat16>&, int, cudaStream_t); \
+  template bool launch_gemv<c10::Half, E>(const GemvArgs<c10::Half>&, int, cudaStream_t);     \
+  template bool launch_gemv<c10::BFloat16, E>(const GemvArgs<c10::BFloat16>&, int, cudaStream_t); \
   template void launch_gemv_mma<c10::Half, E>(const GemvArgs<c10::Half>&, cudaStream_t);      \
   template void launch_gemv_mma<c10::BFloat16, E>(const GemvArgs<c10::BFloat16>&, cudaStream_t); \
   template bool launch_gemv_wide<c10::Half, E>(const GemvArgs<c10::Half>&, cudaStream_t);     \

@@ -62,10 +62,10 @@ struct GemvArgs {
   bool pdl = true;
   // Whether the weight loads carry an L2 evict-first policy (weight_policy in decode_gemv.cuh).
   bool l2_evict_first = false;
-  // kStore / kNormStore on the CUDA-core kernels: each token's greedy token (the index of its
-  // largest stored value, torch.argmax's choice) into greedy [num_tokens], or nullptr for none.
-  // greedy_state [kMaxGemvTokens + 1], zero between launches: each token's best key so far
-  // (greedy_key), then the count of CTAs done; the last CTA writes greedy and zeroes it again.
+  // kStore / kNormStore at one token on the looping CUDA-core kernel: the token's greedy row (the
+  // index of its largest stored value, torch.argmax's choice) into greedy [1], or nullptr for none.
+  // greedy_state [2], zero between launches: the best key so far (greedy_key), then the count of
+  // CTAs done; the last CTA writes greedy and zeroes both again.
   int64_t* greedy = nullptr;
   unsigned long long* greedy_state = nullptr;
 };
@@ -90,9 +90,10 @@ inline bool mma_fits(Epilogue e, int64_t n, int64_t k, int64_t head_size) {
 }
 
 // Launches the kernel for a.num_tokens in [1, kMaxGemvTokens] over `num_pairs` row pairs, with
-// programmatic stream serialization unless VGRAPH_PDL=0. T is c10::Half or c10::BFloat16.
+// programmatic stream serialization unless VGRAPH_PDL=0. T is c10::Half or c10::BFloat16. Returns
+// whether it wrote a.greedy (the looping kernel's epilogue; else the caller takes the argmax).
 template <typename T, Epilogue E>
-void launch_gemv(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream);
+bool launch_gemv(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream);
 
 // Launches the tensor-core kernel for a.num_tokens in [1, kMaxGemvTokens] on a shape mma_fits
 // accepts; its grid and CTA size follow from N and K alone (graph-safe).

@@ -555,7 +555,7 @@ def test_cuda_graph_chain_with_pdl_replays_new_inputs(
             assert torch.equal(got, ref)  # same kernels, same order: bit-equal
 
 
-GREEDY_STATE = 33  # csrc/decode_common.h: kGreedyStateSize
+GREEDY_STATE = 2  # csrc/decode_common.h: kGreedyStateSize
 
 
 def head_with_greedy(
@@ -594,10 +594,10 @@ def test_head_greedy_tokens_are_the_argmax_of_its_logits(
 ) -> None:
     """linear_out / rms_norm_linear_out with greedy: each token's index of its largest written
     logit, as torch.argmax picks it (ties to the lowest index across CTAs, NaN first), the
-    logits bit-equal to the call without it, on every path: the CUDA-core kernels' epilogue (a
-    CTA per pair or packed, a looping grid), the tensor-core kernel, cuBLAS with the widening
-    argmax, 16-bit or float32 logits; twice in a row with other inputs (the state is left
-    zeroed)."""
+    logits bit-equal to the call without it, on every path: the looping CUDA-core kernel's
+    epilogue (one token), the argmax after a CTA per row pair and after the tensor-core kernel,
+    cuBLAS with the widening argmax, 16-bit or float32 logits; twice in a row with other inputs
+    (the state is left zeroed)."""
     c = Case(shape, num_tokens, torch.float32 if device == "cpu" else torch.bfloat16, device)
     state = None if device == "cpu" else torch.zeros(GREEDY_STATE, dtype=torch.int64, device=device)
     variants = [("", "", "", None)]
@@ -720,10 +720,10 @@ def test_bad_arguments_are_rejected() -> None:
         OPS.rms_norm_linear_out(logits, c.hidden_x, c.norm_w, EPS, c.w_gu,
                                 greedy=torch.empty(4, dtype=torch.int64))  # fmt: skip
     with pytest.raises(RuntimeError, match="greedy_state is given without greedy"):
-        OPS.linear_out(logits, c.hidden_x, c.w_gu, greedy_state=torch.zeros(33, dtype=torch.int64))
-    with pytest.raises(RuntimeError, match="greedy_state must be a contiguous int64 \\[>= 33\\]"):
+        OPS.linear_out(logits, c.hidden_x, c.w_gu, greedy_state=torch.zeros(2, dtype=torch.int64))
+    with pytest.raises(RuntimeError, match="greedy_state must be a contiguous int64 \\[>= 2\\]"):
         OPS.linear_out(logits, c.hidden_x, c.w_gu, greedy=torch.empty(3, dtype=torch.int64),
-                       greedy_state=torch.zeros(32, dtype=torch.int64))  # fmt: skip
+                       greedy_state=torch.zeros(1, dtype=torch.int64))  # fmt: skip
 
 
 @pytest.mark.parametrize("device", [CUDA])
