@@ -229,7 +229,7 @@ __device__ __forceinline__ void write_pair(const GemvArgs<T>& a, int m, int row0
   }
 }
 
-// ---- greedy epilogue (kStore / kNormStore at one token with GemvArgs::greedy) --------------------
+// ---- greedy epilogue (the looping kernel's kStore / kNormStore with GemvArgs::greedy) ------------
 // A stored value and its row as one integer that orders like torch.argmax: NaN above every number,
 // -0 equal to +0, and among equal values the lowest row first (the row enters inverted), so the
 // token's greedy row is the largest key's; 0 is below every key (nothing yet).
@@ -248,21 +248,13 @@ __device__ __forceinline__ unsigned long long greedy_pair_key(int row0, int row1
   return k0 > k1 ? k0 : k1;
 }
 
-// GemvArgs::greedy_state: [0] the looping kernel's best key, [1] its count of CTAs done; from
-// kGreedyBucketStride on, gemv_kernel's kGreedyBuckets keys, 32 bytes apart.
-constexpr int kGreedyBuckets = 64;
-constexpr int kGreedyBucketStride = 4;
-__device__ __forceinline__ unsigned long long* greedy_bucket(unsigned long long* state, int i) {
-  return state + kGreedyBucketStride * (1 + i % kGreedyBuckets);
-}
-
-// The looping kernel (at most as many CTAs as fit the GPU). Called by every thread of the CTA once,
-// after its stores (one token): `key` is the best key of this thread's pairs (0 but for a pair's
-// first thread). The CTA's best goes into the launch's state (a global atomic max), then the CTA
-// counts itself done; the last CTA reads the winner, writes the greedy row and zeroes the state
-// for the next launch. (With a CTA per row pair, tens of thousands of them for a large vocabulary,
-// this queued that many atomics on two addresses: Llama-3.2-1B's head took 76 us longer,
-// 2026-12-04-h200-head-greedy call 1. gemv_kernel spreads its keys over buckets instead.)
+// Called by every thread of the looping kernel's CTA once, after its stores (one token): `key` is
+// the best key of this thread's pairs (0 but for a pair's first thread). The CTA's best goes into
+// the launch's state (a global atomic max), then the CTA counts itself done; the last CTA reads
+// the winner, writes the greedy row and zeroes the state for the next launch. The looping grid
+// has at most as many CTAs as fit the GPU: a CTA per row pair (tens of thousands for a large
+// vocabulary) would queue that many atomics on two addresses (Llama-3.2-1B's head took 63 us
+// longer so, 2026-12-04-h200-head-greedy call 1), and there the op runs an argmax after it.
 __device__ __forceinline__ void greedy_finish(int64_t* greedy, unsigned long long* state,
                                               int pairs_per_cta, int sub, int tid,
                                               unsigned long long key) {
@@ -283,25 +275,6 @@ __device__ __forceinline__ void greedy_finish(int64_t* greedy, unsigned long lon
     const unsigned long long k = atomicExch(state, 0ull);
     *greedy = static_cast<int64_t>(0xffffffffu - static_cast<uint32_t>(k));
     atomicExch(state + 1, 0ull);
-  }
-}
-
-// After gemv_kernel at one token (launched with PDL, one CTA of kGreedyBuckets threads): the best
-// of its bucket keys, which it zeroes, as the greedy row. The template only keeps one definition
-// across the translation units that include this header.
-template <int kBuckets = kGreedyBuckets>
-__global__ void __launch_bounds__(kBuckets) greedy_buckets_kernel(int64_t* greedy,
-                                                                   unsigned long long* state) {
-  pdl::wait();  // the GEMV's atomics are done and visible
-  unsigned long long k = atomicExch(greedy_bucket(state, threadIdx.x), 0ull);
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) k = max(k, __shfl_xor_sync(0xffffffffu, k, off));
-  __shared__ unsigned long long s_key[kBuckets / 32];
-  if (threadIdx.x % 32 == 0) s_key[threadIdx.x / 32] = k;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < kBuckets / 32; ++w) k = max(k, s_key[w]);
-    *greedy = static_cast<int64_t>(0xffffffffu - static_cast<uint32_t>(k));
   }
 }
 
@@ -514,12 +487,6 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
     y[0] *= r, y[1] *= r;
   }
   write_pair<T, E>(a, m, row[0], row[1], true, valid1, y[0], y[1], in);
-  if constexpr (MT == 1 && (E == Epilogue::kStore || E == Epilogue::kNormStore)) {
-    if (a.greedy != nullptr) {  // the pair's key into its bucket (no result: a reduction)
-      atomicMax(greedy_bucket(a.greedy_state, pair),
-                greedy_pair_key<T>(row[0], row[1], valid1, y[0], y[1]));
-    }
-  }
 }
 
 // ---- the looping kernel (one token) -------------------------------------------------------------
@@ -762,12 +729,7 @@ bool launch_mt(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream) {
   const cudaLaunchConfig_t cfg =
       pdl::launch_config(dim3(groups), dim3(block), 0, stream, attr, a.pdl);
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<T, MT, E>, args));
-  if (MT != 1 || args.greedy == nullptr) return false;  // greedy: one token's only
-  cudaLaunchAttribute fin_attr[1];
-  const cudaLaunchConfig_t fin =
-      pdl::launch_config(dim3(1), dim3(kGreedyBuckets), 0, stream, fin_attr, a.pdl);
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&fin, greedy_buckets_kernel<>, args.greedy, args.greedy_state));
-  return true;
+  return false;  // no greedy epilogue: a CTA per pair group
 }
 
 template <typename T, Epilogue E>

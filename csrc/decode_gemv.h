@@ -62,10 +62,10 @@ struct GemvArgs {
   bool pdl = true;
   // Whether the weight loads carry an L2 evict-first policy (weight_policy in decode_gemv.cuh).
   bool l2_evict_first = false;
-  // kStore / kNormStore at one token on the CUDA-core kernels: the token's greedy row (the index
-  // of its largest stored value, torch.argmax's choice) into greedy [1], or nullptr for none.
-  // greedy_state [kGreedyStateSize of decode_common.h], zero between launches: the looping
-  // kernel's best key and count of CTAs done, gemv_kernel's buckets of keys (decode_gemv.cuh).
+  // kStore / kNormStore at one token on the looping CUDA-core kernel: the token's greedy row (the
+  // index of its largest stored value, torch.argmax's choice) into greedy [1], or nullptr for none.
+  // greedy_state [2], zero between launches: the best key so far (greedy_key), then the count of
+  // CTAs done; the last CTA writes greedy and zeroes both again.
   int64_t* greedy = nullptr;
   unsigned long long* greedy_state = nullptr;
 };

@@ -555,7 +555,7 @@ def test_cuda_graph_chain_with_pdl_replays_new_inputs(
             assert torch.equal(got, ref)  # same kernels, same order: bit-equal
 
 
-GREEDY_STATE = 260  # csrc/decode_common.h: kGreedyStateSize
+GREEDY_STATE = 2  # csrc/decode_common.h: kGreedyStateSize
 
 
 def head_with_greedy(
@@ -720,10 +720,10 @@ def test_bad_arguments_are_rejected() -> None:
         OPS.rms_norm_linear_out(logits, c.hidden_x, c.norm_w, EPS, c.w_gu,
                                 greedy=torch.empty(4, dtype=torch.int64))  # fmt: skip
     with pytest.raises(RuntimeError, match="greedy_state is given without greedy"):
-        OPS.linear_out(logits, c.hidden_x, c.w_gu, greedy_state=torch.zeros(260, dtype=torch.int64))
-    with pytest.raises(RuntimeError, match="greedy_state must be a contiguous int64 \\[>= 260\\]"):
+        OPS.linear_out(logits, c.hidden_x, c.w_gu, greedy_state=torch.zeros(2, dtype=torch.int64))
+    with pytest.raises(RuntimeError, match="greedy_state must be a contiguous int64 \\[>= 2\\]"):
         OPS.linear_out(logits, c.hidden_x, c.w_gu, greedy=torch.empty(3, dtype=torch.int64),
-                       greedy_state=torch.zeros(259, dtype=torch.int64))  # fmt: skip
+                       greedy_state=torch.zeros(1, dtype=torch.int64))  # fmt: skip
 
 
 @pytest.mark.parametrize("device", [CUDA])

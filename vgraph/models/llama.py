@@ -44,7 +44,7 @@ from vgraph.layers.vocab_parallel_embedding import (
 
 # checkpoint name fragment -> (our fused parameter fragment, shard id)
 # The fused head ops' greedy_state size (csrc/decode_common.h: kGreedyStateSize).
-GREEDY_STATE_SIZE = 260
+GREEDY_STATE_SIZE = 2
 
 STACKED_PARAMS = {
     ".q_proj.": (".qkv_proj.", "q"),
