@@ -244,9 +244,8 @@ GemvArgs<T> base_args(const at::Tensor& x, const at::Tensor& weight) {
 
 using CudaPath = Unfused<CudaOps>;
 
-// The head's greedy tokens where its GEMV kernel does not write them: each token's argmax of out.
-// The unfused path takes `product` (x W^T in x's dtype, from cuBLAS) and widens it into a float32
-// out in the same pass.
+// The unfused head (cuBLAS) with its greedy tokens: for a float32 out, cuBLAS's product in x's
+// dtype is widened into out by the argmax kernel's pass over it (no separate widening copy).
 void unfused_head_out(at::Tensor& out, const at::Tensor& x, const at::Tensor& weight,
                       const std::optional<at::Tensor>& greedy) {
   if (!greedy) return CudaPath::linear_out(out, x, weight);

@@ -253,8 +253,8 @@ __device__ __forceinline__ unsigned long long greedy_pair_key(int row0, int row1
 // the launch's state (a global atomic max), then the CTA counts itself done; the last CTA reads
 // the winner, writes the greedy row and zeroes the state for the next launch. The looping grid
 // has at most as many CTAs as fit the GPU: a CTA per row pair (tens of thousands for a large
-// vocabulary) would queue that many atomics on two addresses (Llama-3.2-1B's head took 63 us
-// longer so, 2026-12-04-h200-head-greedy call 1), and there the op runs an argmax after it.
+// vocabulary) queues that many atomics on two addresses (Llama-3.2-1B's head took 209 against 133
+// us a call so, 2026-12-04-h200-head-greedy call 1), and there the op runs an argmax after it.
 __device__ __forceinline__ void greedy_finish(int64_t* greedy, unsigned long long* state,
                                               int pairs_per_cta, int sub, int tid,
                                               unsigned long long key) {

@@ -42,10 +42,10 @@ from vgraph.layers.vocab_parallel_embedding import (
     vocab_parallel_logits,
 )
 
-# checkpoint name fragment -> (our fused parameter fragment, shard id)
 # The fused head ops' greedy_state size (csrc/decode_common.h: kGreedyStateSize).
 GREEDY_STATE_SIZE = 2
 
+# checkpoint name fragment -> (our fused parameter fragment, shard id)
 STACKED_PARAMS = {
     ".q_proj.": (".qkv_proj.", "q"),
     ".k_proj.": (".qkv_proj.", "k"),
@@ -257,9 +257,10 @@ class LlamaForCausalLM(nn.Module):
         self, hidden: torch.Tensor, greedy: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """compute_logits, and on the fused path each row's greedy token [R] int64 (the argmax of
-        its logits) from the head op itself: in the GEMV's epilogue at small row counts, with the
-        widening of cuBLAS's output above, so a FULL graph ends with the greedy tokens and the
-        sampler launches no argmax. None where the head is torch code."""
+        its logits) from the head op itself (the looping one-token GEMV's epilogue, an argmax
+        kernel after other GEMVs, the pass that widens cuBLAS's output), so a FULL graph ends
+        with the greedy tokens and the sampler launches no argmax. None where the head is torch
+        code (and with greedy_in_head off)."""
         head = self.model.embed_tokens if self.tie_word_embeddings else self.lm_head
         weight = head.weight
         if not self.model.fused:
@@ -271,15 +272,14 @@ class LlamaForCausalLM(nn.Module):
         ids = None
         if greedy and self.greedy_in_head:
             ids = torch.empty(rows, dtype=torch.int64, device=hidden.device)
-        else:
-            state = None
+        out = {"greedy": ids, "greedy_state": None if ids is None else state}
         if self.model.norm_in_head:
             norm = self.model.norm
             torch.ops.vgraph_C.rms_norm_linear_out(
-                logits, hidden, norm.weight, norm.eps, weight, greedy=ids, greedy_state=state
+                logits, hidden, norm.weight, norm.eps, weight, **out
             )
         else:
-            torch.ops.vgraph_C.linear_out(logits, hidden, weight, greedy=ids, greedy_state=state)
+            torch.ops.vgraph_C.linear_out(logits, hidden, weight, **out)
         return logits, ids
 
     def _greedy_state(self, device: torch.device) -> torch.Tensor:
