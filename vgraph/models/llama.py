@@ -272,14 +272,14 @@ class LlamaForCausalLM(nn.Module):
         ids = None
         if greedy and self.greedy_in_head:
             ids = torch.empty(rows, dtype=torch.int64, device=hidden.device)
-        out = {"greedy": ids, "greedy_state": None if ids is None else state}
+        greedy_args = {"greedy": ids, "greedy_state": None if ids is None else state}
         if self.model.norm_in_head:
             norm = self.model.norm
             torch.ops.vgraph_C.rms_norm_linear_out(
-                logits, hidden, norm.weight, norm.eps, weight, **out
+                logits, hidden, norm.weight, norm.eps, weight, **greedy_args
             )
         else:
-            torch.ops.vgraph_C.linear_out(logits, hidden, weight, **out)
+            torch.ops.vgraph_C.linear_out(logits, hidden, weight, **greedy_args)
         return logits, ids
 
     def _greedy_state(self, device: torch.device) -> torch.Tensor:
