@@ -55,6 +55,11 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="the sampler's own argmax after the graph, not the LM head op's greedy tokens",
     )
+    p.add_argument(
+        "--float32-logits",
+        action="store_true",
+        help="the LM head writes float32 logits, not logits in the model's dtype",
+    )
     p.add_argument("--out", default=None)
     return p.parse_args()
 
@@ -117,6 +122,7 @@ def run_batch(
 def main() -> None:
     args = parse_args()
     LlamaForCausalLM.greedy_in_head = not args.greedy_apart
+    LlamaForCausalLM.float32_logits = args.float32_logits
     report: dict[str, Any] = {"environment": environment(), "args": vars(args), "models": {}}
     rows = []
     for model in args.models:

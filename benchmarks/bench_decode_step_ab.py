@@ -62,7 +62,9 @@ VGRAPH_GEMV_WIDE_FROM_RESIDUAL=1), `wide_w4` (the wide kernel with 4 tiles a CTA
 VGRAPH_WIDE_WARPS=4), `wide_residual1_w4` (both), `wide_residual16` / `wide_residual16_w4` (the
 O and down projections fused up to 16 tokens, on the wide kernel from 2 tokens; with 4 tiles a
 CTA), `greedy_apart` (the sampler's argmax launched after the graph, as before 2026-12-04's
-greedy tokens from the LM head op: LlamaForCausalLM.greedy_in_head off).
+greedy tokens from the LM head op: LlamaForCausalLM.greedy_in_head off), `float32_logits` (the
+LM head writing float32 logits, as before 2026-12-04's logits in the model's dtype:
+LlamaForCausalLM.float32_logits on).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 
@@ -158,6 +160,7 @@ VARIANTS = (
     "l2_evict_first",
     "l2_normal",
     "greedy_apart",
+    "float32_logits",
     "wide_residual1",
     "wide_residual1_w4",
     "wide_w4",
@@ -251,7 +254,8 @@ def variant_switches(variant: str) -> Iterator[None]:
     runner reads its input-copy switch when built."""
     fused_ops, appends = LlamaModel.use_fused_ops, CsrcAttentionImpl.appends_kv
     copy_in_graph, norm_in_head = ModelRunner.full_graphs_copy_inputs, LlamaModel.final_norm_in_head
-    greedy_in_head = LlamaForCausalLM.greedy_in_head
+    head = LlamaForCausalLM
+    greedy_in_head, float32_logits = head.greedy_in_head, head.float32_logits
     env = VARIANT_ENV.get(variant, {})
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -265,6 +269,8 @@ def variant_switches(variant: str) -> Iterator[None]:
         LlamaModel.final_norm_in_head = False
     if variant == "greedy_apart":
         LlamaForCausalLM.greedy_in_head = False
+    if variant == "float32_logits":
+        LlamaForCausalLM.float32_logits = True
     cuda_op = vocab_embedding.use_cuda_op  # the embedding decides at its first call
     if variant == "torch_embedding":
         vocab_embedding.use_cuda_op = lambda x, op: False
@@ -278,6 +284,7 @@ def variant_switches(variant: str) -> Iterator[None]:
         ModelRunner.full_graphs_copy_inputs = copy_in_graph
         LlamaModel.final_norm_in_head = norm_in_head
         LlamaForCausalLM.greedy_in_head = greedy_in_head
+        LlamaForCausalLM.float32_logits = float32_logits
         vocab_embedding.use_cuda_op = cuda_op
         if blas is not None:
             torch.backends.cuda.preferred_blas_library(blas)

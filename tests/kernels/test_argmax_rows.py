@@ -1,6 +1,7 @@
 """vgraph_C::argmax_rows (the sampler's greedy tokens on CUDA) against torch.argmax on the CPU:
 the largest value, NaN above every number, the lowest index among equals, whichever number of
-CTAs (one thread-block cluster) a row is cut into (VGRAPH_ARGMAX_PARTS; unset: the launcher's)."""
+CTAs (one thread-block cluster) a row is cut into (VGRAPH_ARGMAX_PARTS; unset: the launcher's),
+for float32 logits and the 16-bit ones of the fused LM head."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from vgraph.sample.sampler import greedy_tokens
 CUDA = cuda_param("argmax_rows")
 VOCABS = [97, 49152, 128256, 151936]  # odd (scalar loads), then the shipped configs'
 PARTS = pytest.mark.parametrize("parts", [None, "1", "3", "8"], ids=["auto", "p1", "p3", "p8"])
+DTYPES = pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["f32", "bf16", "f16"]
+)
 
 
 def set_parts(monkeypatch, parts: str | None) -> None:
@@ -39,17 +43,23 @@ def run(logits: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("vocab", VOCABS)
 @pytest.mark.parametrize("rows", [1, 3, 16])
 @PARTS
-def test_random_rows(monkeypatch, device: str, vocab: int, rows: int, parts: str | None) -> None:
+@DTYPES
+def test_random_rows(
+    monkeypatch, device: str, vocab: int, rows: int, parts: str | None, dtype: torch.dtype
+) -> None:
     set_parts(monkeypatch, parts)
     g = torch.Generator().manual_seed(vocab + rows)
-    logits = torch.randn(rows, vocab, generator=g) * 4
+    logits = (torch.randn(rows, vocab, generator=g) * 4).to(dtype)  # 16-bit: many equal values
     assert torch.equal(run(logits.to(device)), oracle(logits))
 
 
 @pytest.mark.parametrize("device", [CUDA])
 @pytest.mark.parametrize("vocab", VOCABS)
 @PARTS
-def test_ties_nan_and_inf(monkeypatch, device: str, vocab: int, parts: str | None) -> None:
+@DTYPES
+def test_ties_nan_and_inf(
+    monkeypatch, device: str, vocab: int, parts: str | None, dtype: torch.dtype
+) -> None:
     set_parts(monkeypatch, parts)
     g = torch.Generator().manual_seed(vocab)
     logits = torch.randn(7, vocab, generator=g)
@@ -60,7 +70,8 @@ def test_ties_nan_and_inf(monkeypatch, device: str, vocab: int, parts: str | Non
     logits[4, vocab - 1] = float("inf")
     logits[5, :] = float("-inf")
     logits[5, vocab - 1] = -1e30  # the only finite entry is the last
-    logits[6, 0] = 1e30  # the first entry
+    logits[6, 0] = 1e30  # the first entry (float16: -inf / inf)
+    logits = logits.to(dtype)
     assert torch.equal(run(logits.to(device)), oracle(logits))
 
 
@@ -86,8 +97,8 @@ def test_parts_switch_rejects_bad_values(monkeypatch, device: str, value: str) -
 def test_sampler_greedy_tokens_use_the_kernel_and_agree(device: str) -> None:
     logits = torch.randn(4, 49152, device=device)
     assert torch.equal(greedy_tokens(logits).cpu(), oracle(logits))
-    half = logits.half()  # not float32: torch.argmax
-    assert torch.equal(greedy_tokens(half).cpu(), half.cpu().argmax(dim=-1))
+    for low in (logits.bfloat16(), logits.half()):  # the fused LM head's logits
+        assert torch.equal(greedy_tokens(low).cpu(), oracle(low))
 
 
 def test_greedy_tokens_on_the_cpu_are_torch_argmax() -> None:
@@ -106,7 +117,7 @@ def test_bad_arguments_raise(device: str) -> None:
         "logits = torch.randn(2, 10, device='cuda')\n"
         "for out, x in [(torch.empty(3, dtype=torch.long, device='cuda'), logits),\n"
         "               (torch.empty(2, dtype=torch.int32, device='cuda'), logits),\n"
-        "               (torch.empty(2, dtype=torch.long, device='cuda'), logits.half())]:\n"
+        "               (torch.empty(2, dtype=torch.long, device='cuda'), logits.double())]:\n"
         "    try:\n"
         "        torch.ops.vgraph_C.argmax_rows(out, x)\n"
         "    except RuntimeError as e:\n"
@@ -116,4 +127,4 @@ def test_bad_arguments_raise(device: str) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
     assert len(lines) == 3 and lines[0].startswith("raised: out must be a contiguous int64 [2]")
-    assert lines[2].startswith("raised: logits must be float32"), lines
+    assert lines[2].startswith("raised: logits must be float32, bfloat16 or float16"), lines

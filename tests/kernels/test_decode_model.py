@@ -47,3 +47,44 @@ def test_fused_path_greedy_matches_transformers(
     models = [m for m in llm.engine.client.core.runner.model.modules() if isinstance(m, LlamaModel)]
     assert [m.fused for m in models] == [True]
     assert [o.outputs[0].token_ids for o in outputs] == expected
+
+
+def test_fused_head_writes_the_model_dtype_and_the_sampler_widens(
+    tiny_checkpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fused LM head's logits are in the model's dtype (bfloat16 here); seeded top-p sampling
+    and logprobs over them equal those over the head's float32 logits (the same values: the head
+    rounds them to bfloat16 first), and greedy tokens too."""
+    from vgraph import LLM, SamplingParams
+    from vgraph.models.llama import LlamaForCausalLM
+
+    folder = tiny_checkpoint("llama")
+    monkeypatch.setattr(LlamaModel, "use_fused_ops", lambda self, x: True)
+    prompts = [[5, 9, 2], list(range(3, 20))]
+    params = [
+        SamplingParams(temperature=0.9, top_p=0.95, seed=11, max_tokens=8, logprobs=3),
+        SamplingParams(temperature=0.0, max_tokens=8, logprobs=2),
+    ]
+    results = {}
+    for float32_logits in (False, True):
+        monkeypatch.setattr(LlamaForCausalLM, "float32_logits", float32_logits)
+        llm = LLM(
+            str(folder),
+            device="cpu",
+            dtype="bfloat16",
+            multiprocess=False,
+            cpu_kv_cache_bytes=1 << 24,
+        )
+        outs = [o.outputs[0] for o in llm.generate(prompts, params, use_tqdm=False)]
+        model = llm.engine.client.core.runner.model
+        assert model.model.fused
+        hidden = torch.randn(3, TINY["hidden_size"], dtype=torch.bfloat16)
+        dtype = torch.float32 if float32_logits else torch.bfloat16
+        assert model.compute_logits(hidden).dtype == dtype
+        results[float32_logits] = [
+            (o.token_ids, [{t: lp.logprob for t, lp in step.items()} for step in o.logprobs])
+            for o in outs
+        ]
+        llm.shutdown()
+    assert results[False] == results[True]
+    assert len(set(results[False][0][0])) > 1  # the sampled request really samples

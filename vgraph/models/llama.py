@@ -9,7 +9,9 @@ ops around attention, and the residual stream is one tensor that the O and down 
 into in place (the values of fused_add_rms_norm, one launch fewer per add):
   rms_norm_qkv_rope -> attention -> linear_add_residual (O) -> rms_norm_gate_up_silu ->
   linear_add_residual (down); after the last layer the model returns the residual stream and the
-  final RMSNorm is the prologue of the LM head, rms_norm_linear_out writing float32 logits. Each
+  final RMSNorm is the prologue of the LM head, rms_norm_linear_out writing the logits in the
+  model's dtype (the sampler widens them to float32 where it needs them) and each row's greedy
+  token. Each
   op runs GEMV kernels for small token counts and cuBLAS above (decided inside the op, so one
   traced graph serves every size). The KV-cache write stays with
   the attention layer (the cache is no tensor of the traced model); the csrc backend does it in
@@ -233,6 +235,11 @@ class LlamaForCausalLM(nn.Module):
     # On the fused path, the greedy tokens from the LM head op (compute_logits_and_greedy); off:
     # the sampler's own argmax launch after the head (for comparisons).
     greedy_in_head = True
+    # On the fused path, the head writes the logits in the model's dtype, vLLM's contract: the
+    # values are the same as float32 ones (the head rounds them to the dtype first), a greedy step
+    # never widens them and the sampler widens them once where it needs float32 (sampling,
+    # logprobs, processors). On: float32 logits from the head (for comparisons).
+    float32_logits = False
 
     def __init__(self, cfg: dict[str, Any]) -> None:
         super().__init__()
@@ -250,7 +257,8 @@ class LlamaForCausalLM(nn.Module):
         return self.model(input_ids, positions)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden: [R, hidden_size] rows of forward's output -> float32 logits [R, vocab_size]."""
+        """hidden: [R, hidden_size] rows of forward's output -> logits [R, vocab_size]: float32,
+        or on the fused path the model's dtype (float32_logits)."""
         return self.compute_logits_and_greedy(hidden, greedy=False)[0]
 
     def compute_logits_and_greedy(
@@ -258,16 +266,17 @@ class LlamaForCausalLM(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """compute_logits, and on the fused path each row's greedy token [R] int64 (the argmax of
         its logits) from the head op itself (the looping one-token GEMV's epilogue, an argmax
-        kernel after other GEMVs, the pass that widens cuBLAS's output), so a FULL graph ends
-        with the greedy tokens and the sampler launches no argmax. None where the head is torch
-        code (and with greedy_in_head off)."""
+        kernel after other GEMVs and after cuBLAS), so a FULL graph ends with the greedy tokens
+        and the sampler launches no argmax. None where the head is torch code (and with
+        greedy_in_head off)."""
         head = self.model.embed_tokens if self.tie_word_embeddings else self.lm_head
         weight = head.weight
         if not self.model.fused:
             return vocab_parallel_logits(hidden, head), None
         # final norm + LM head in one op (logits rounded to the dtype first)
         rows = hidden.shape[0]
-        logits = torch.empty(rows, weight.shape[0], dtype=torch.float32, device=hidden.device)
+        dtype = torch.float32 if self.float32_logits else hidden.dtype
+        logits = torch.empty(rows, weight.shape[0], dtype=dtype, device=hidden.device)
         state = self._greedy_state(hidden.device)  # made at the first call (the memory profile)
         ids = None
         if greedy and self.greedy_in_head:

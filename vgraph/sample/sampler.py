@@ -21,6 +21,9 @@ from vgraph._ext import use_cuda_op
 from vgraph.sample import flashinfer_sampling
 from vgraph.sample.logits_processors import ProcessorInputs, apply_processors
 
+# the logits dtypes vgraph_C::argmax_rows takes
+ARGMAX_ROWS_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
 
 @dataclass
 class SamplingMetadata:
@@ -52,9 +55,12 @@ class Sampler:
     def __call__(
         self, logits: torch.Tensor, md: SamplingMetadata, greedy: torch.Tensor | None = None
     ) -> SamplerOutput:
-        """logits: [R, vocab] float32. Logprobs are of these raw logits; bans apply to sampling.
-        greedy: [R] int64, the raw logits' argmax where the LM head computed it (in a FULL graph),
-        used unless a logits processor changes the logits."""
+        """logits: [R, vocab], float32 or the model's dtype (the fused LM head's), widened here
+        once where float32 is needed: sampling, logprobs, processors. Logprobs are of these raw
+        logits; bans apply to sampling. greedy: [R] int64, the raw logits' argmax where the LM
+        head computed it (in a FULL graph), used unless a logits processor changes the logits."""
+        if not md.all_greedy or md.processors is not None or md.max_num_logprobs is not None:
+            logits = logits.float()  # no copy where they are float32
         raw = logits
         logits = self.process(logits, md)
         if greedy is None or md.processors is not None:
@@ -100,13 +106,13 @@ class Sampler:
 
 
 def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
-    """Each row's argmax [R] int64, torch.argmax's choice; on CUDA for float32 rows one kernel
-    (vgraph_C::argmax_rows, a cluster of CTAs per row) instead of torch's reduction: faster at
-    every shipped vocabulary and batch size measured (H200, 2026-12-03: 1.5-5x at 1-64 rows,
-    benchmarks/results/2026-12-03-h200-attn-groups/)."""
+    """Each row's argmax [R] int64, torch.argmax's choice; on CUDA for float32 or 16-bit rows one
+    kernel (vgraph_C::argmax_rows, a cluster of CTAs per row) instead of torch's reduction: faster
+    at every shipped vocabulary and batch size measured (H200, 2026-12-03: 1.5-5x at 1-64 float32
+    rows, benchmarks/results/2026-12-03-h200-attn-groups/)."""
     if (
         use_cuda_op(logits, "argmax_rows")
-        and logits.dtype == torch.float32
+        and logits.dtype in ARGMAX_ROWS_DTYPES
         and logits.stride(-1) == 1
     ):
         out = torch.empty(logits.shape[0], dtype=torch.long, device=logits.device)

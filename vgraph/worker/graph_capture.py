@@ -43,8 +43,9 @@ PrepareDummy = Callable[[CUDAGraphMode, BatchDescriptor], DummyStep]  # (runtime
 
 class StepLogits(NamedTuple):
     """What a step's forward hands the sampler: each request's logits [num_reqs_padded, V]
-    float32, and where the head computes them (models' compute_logits_and_greedy), the argmax of
-    each row [num_reqs_padded] int64, so a FULL graph ends with the greedy tokens."""
+    (float32, or the model's dtype from a fused head: the sampler widens them where it needs to),
+    and where the head computes them (models' compute_logits_and_greedy), the argmax of each row
+    [num_reqs_padded] int64, so a FULL graph ends with the greedy tokens."""
 
     logits: torch.Tensor
     greedy: torch.Tensor | None = None

@@ -83,7 +83,7 @@ def profile_free_bytes(
     with set_forward_context(ForwardContext(attn_metadata=None)):
         hidden = model(ids, ids)  # [num_tokens, hidden_size]
     logits = model.compute_logits(hidden[: min(num_tokens, num_reqs)])
-    logits.sort(dim=-1)
+    logits.float().sort(dim=-1)  # the sampler works on float32 (widened from the model's dtype)
     del hidden, logits
     torch.cuda.synchronize()
     activations = torch.cuda.max_memory_allocated() - baseline

@@ -81,7 +81,7 @@ class LaunchedForward:
 
     sched: SchedulerOutput
     step: StepInputs
-    logits: StepLogits  # [num_reqs_padded, vocab_size] float32, and the greedy tokens if known
+    logits: StepLogits  # [num_reqs_padded, vocab_size], and the greedy tokens if known
     prompt_logprobs: dict[int, list[TokenLogprobs]]
 
 
@@ -368,8 +368,9 @@ class ModelRunner:
         key: BatchDescriptor | None = None,
         capturing: bool = False,
     ) -> StepLogits:
-        """Returns float32 logits of each request's last token [num_reqs_padded, vocab_size], and
-        their greedy tokens where the model's head computes them."""
+        """Returns the logits of each request's last token [num_reqs_padded, vocab_size] (float32
+        or the model's dtype: the sampler widens them), and their greedy tokens where the model's
+        head computes them."""
         inputs = step.layout.gpu  # views of the runner's static buffers, padded
         with set_forward_context(self._forward_context(common, mode, key, capturing, step)):
             return self.logits_fn(inputs.input_ids, inputs.positions, inputs.query_start_loc)
@@ -421,7 +422,7 @@ class ModelRunner:
         self,
         sched: SchedulerOutput,
         step: StepInputs,
-        logits: StepLogits,  # [num_reqs_padded, vocab_size] float32 (+ greedy tokens)
+        logits: StepLogits,  # [num_reqs_padded, vocab_size] (+ greedy tokens)
         grammar_bitmask: BitmaskFn | None = None,
     ) -> SamplerOutput:
         """The real requests' logits -> tokens, on the device (step_sampler.py)."""

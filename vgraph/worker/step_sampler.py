@@ -40,7 +40,7 @@ class StepSampler:
     def __call__(
         self,
         requests: list[Request],  # the step's, in batch order
-        logits: torch.Tensor,  # [num_reqs, vocab_size] float32: the real requests' rows
+        logits: torch.Tensor,  # [num_reqs, vocab_size]: the real requests' rows (Sampler)
         grammar_bitmask: BitmaskFn | None = None,
         greedy: torch.Tensor | None = None,  # [num_reqs] int64: their argmax, if the head has it
     ) -> SamplerOutput:
