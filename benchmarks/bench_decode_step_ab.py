@@ -64,7 +64,9 @@ O and down projections fused up to 16 tokens, on the wide kernel from 2 tokens; 
 CTA), `greedy_apart` (the sampler's argmax launched after the graph, as before 2026-12-04's
 greedy tokens from the LM head op: LlamaForCausalLM.greedy_in_head off), `float32_logits` (the
 LM head writing float32 logits, as before 2026-12-04's logits in the model's dtype:
-LlamaForCausalLM.float32_logits on).
+LlamaForCausalLM.float32_logits on), `wpc_o` / `wpc_qkv_o` (the tensor-core GEMV with a warp per
+chunk of K where it fits, for the O and down projections / and the QKV projection,
+VGRAPH_MMA_WARP_PER_CHUNK_RESIDUAL / _QKV=1: SmolLM2-135M's O and QKV at K = 576).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 
@@ -161,6 +163,8 @@ VARIANTS = (
     "l2_normal",
     "greedy_apart",
     "float32_logits",
+    "wpc_o",
+    "wpc_qkv_o",
     "wide_residual1",
     "wide_residual1_w4",
     "wide_w4",
@@ -244,6 +248,8 @@ VARIANT_ENV = {
     "wide_w4": {"VGRAPH_WIDE_WARPS": "4"},
     "wide_residual16": WIDE_RESIDUAL16,
     "wide_residual16_w4": WIDE_RESIDUAL16 | {"VGRAPH_WIDE_WARPS": "4"},
+    "wpc_o": {"VGRAPH_MMA_WARP_PER_CHUNK_RESIDUAL": "1"},
+    "wpc_qkv_o": {"VGRAPH_MMA_WARP_PER_CHUNK_RESIDUAL": "1", "VGRAPH_MMA_WARP_PER_CHUNK_QKV": "1"},
 }
 
 

@@ -140,6 +140,12 @@ const char* max_tokens_switch(Epilogue e) {
   return "";
 }
 
+// An op's own switch: `stem` followed by the op's name in max_tokens_switch (QKV, RESIDUAL, ...).
+std::string op_switch(const char* stem, Epilogue e) {
+  constexpr size_t kPrefix = sizeof("VGRAPH_GEMV_MAX_TOKENS_") - 1;  // then the op's name
+  return std::string(stem) + (max_tokens_switch(e) + kPrefix);
+}
+
 int64_t default_max_gemv_tokens(Epilogue e, int64_t n, int64_t k) {
   const Threshold* t = find_threshold(e, n, k);
   return env_int(max_tokens_switch(e), t ? static_cast<int>(t->max_tokens) : 1, 0,
@@ -178,8 +184,7 @@ Kernel pick_kernel(Epilogue e, int64_t m, int64_t n, int64_t k, int64_t head_siz
   const Threshold* t = find_threshold(e, n, k);
   // VGRAPH_GEMV_WIDE_FROM_<OP>=n replaces the table's wide_from for every shape of one epilogue
   // (0: never; comparisons).
-  constexpr size_t kPrefix = sizeof("VGRAPH_GEMV_MAX_TOKENS_") - 1;  // then the op's name
-  const std::string name = std::string("VGRAPH_GEMV_WIDE_FROM_") + (max_tokens_switch(e) + kPrefix);
+  const std::string name = op_switch("VGRAPH_GEMV_WIDE_FROM_", e);
   const int wide_from =
       env_int(name.c_str(), t ? static_cast<int>(t->wide_from) : 0, 0, kMaxGemvTokens);
   if (wide_from > 0 && m >= wide_from) return Kernel::kWide;
@@ -216,6 +221,9 @@ bool launch_fused(const GemvArgs<T>& call, int num_pairs, cudaStream_t stream) {
   const Kernel kernel = pick_kernel(E, a.num_tokens, a.N, a.K, a.head_size);
   if (kernel == Kernel::kWide && launch_gemv_wide<T, E>(a, stream)) return false;
   if (kernel != Kernel::kCudaCore) {
+    // VGRAPH_MMA_WARP_PER_CHUNK_<OP>=1: the tensor-core kernel gives each chunk of K a warp where
+    // it fits (mma_warps; comparisons, read at each launch).
+    a.warp_per_chunk = env_int(op_switch("VGRAPH_MMA_WARP_PER_CHUNK_", E).c_str(), 0, 0, 1) == 1;
     launch_gemv_mma<T, E>(a, stream);
     return false;
   }

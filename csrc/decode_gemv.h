@@ -62,6 +62,9 @@ struct GemvArgs {
   bool pdl = true;
   // Whether the weight loads carry an L2 evict-first policy (weight_policy in decode_gemv.cuh).
   bool l2_evict_first = false;
+  // Tensor-core kernel: a warp per chunk of K where K has 5-16 chunks and the grid stays within
+  // 16 warps an SM (mma_warps), in place of the rule's power of two.
+  bool warp_per_chunk = false;
   // kStore / kNormStore at one token on the looping CUDA-core kernel: the token's greedy row (the
   // index of its largest stored value, torch.argmax's choice) into greedy [1], or nullptr for none.
   // greedy_state [2], zero between launches: the best key so far (greedy_key), then the count of

@@ -282,8 +282,16 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32) gemv_mma_kernel(const GemvA
 
 // Warps per CTA, 4 to 16: more while each warp still has more chunks than its preload and the grid
 // stays within 16 warps per SM (a 2048-row down projection has 128 tiles: 16 warps; a gate/up
-// projection of 1024 tiles keeps 4, several CTAs per SM streaming for longer).
-inline int mma_warps(int num_tiles, int num_chunks) {
+// projection of 1024 tiles keeps 4, several CTAs per SM streaming for longer). With
+// warp_per_chunk (GemvArgs), a warp for each of 5-16 chunks within the same 16 warps an SM
+// (SmolLM2-135M's QKV and O at K = 576: 9 warps, not 8, whose first warp takes two chunks). On an
+// H200 at 16 tokens (2026-12-04-h200-norm-scaled, call 7, both ops at once) their calls took 3.04
+// and 2.55 us against 3.39 and 3.09, but attention after the QKV took 5.8 against 3.9 us.
+inline int mma_warps(int num_tiles, int num_chunks, bool warp_per_chunk) {
+  if (warp_per_chunk && num_chunks > 4 && num_chunks <= kMmaMaxWarps &&
+      num_tiles * 2 * num_chunks <= 16 * num_sms()) {
+    return num_chunks;
+  }
   int w = 4;
   while (w < kMmaMaxWarps && w * kMmaPreload < num_chunks && num_tiles * 2 * w <= 16 * num_sms()) {
     w *= 2;
@@ -335,7 +343,7 @@ bool mma_split(const GemvArgs<T>& a, int tiles, int warps, size_t smem) {
 // The launch of `slices` grid rows of CTAs of NT column tiles (more than one row: NT = 1).
 template <typename T, int NT, Epilogue E>
 void launch_mma_nt(const GemvArgs<T>& a, int slices, cudaStream_t stream) {
-  const int tiles = mma_tiles<T, E>(a), warps = mma_warps(tiles, a.K / kMmaK);
+  const int tiles = mma_tiles<T, E>(a), warps = mma_warps(tiles, a.K / kMmaK, a.warp_per_chunk);
   const size_t smem = mma_smem<T, E>(a, NT, warps);
   if (smem > 40 * 1024) {  // near the 48 KiB default (static smem counts too): opt in
     C10_CUDA_CHECK(cudaFuncSetAttribute(gemv_mma_kernel<T, NT, E>,
@@ -358,7 +366,7 @@ void launch_gemv_mma(const GemvArgs<T>& a, cudaStream_t stream) {
   const bool forced_nt = nt != nullptr && nt[0] != '\0';
   if (forced_nt) m = std::max(m, 8 * std::atoi(nt) - 7);
   if (m <= 8) return launch_mma_nt<T, 1, E>(a, 1, stream);
-  const int tiles = mma_tiles<T, E>(a), warps = mma_warps(tiles, a.K / kMmaK);
+  const int tiles = mma_tiles<T, E>(a), warps = mma_warps(tiles, a.K / kMmaK, a.warp_per_chunk);
   if (!forced_nt && mma_split<T, E>(a, tiles, warps, mma_smem<T, E>(a, 1, warps))) {
     return launch_mma_nt<T, 1, E>(a, (a.num_tokens + 7) / 8, stream);
   }

@@ -372,6 +372,47 @@ def test_mma_split_by_tokens_is_bit_equal(
         run_gate_up(c, 32)
 
 
+# path_runs' runs of each op name of the VGRAPH_..._<OP> switches
+OP_RUNS = {"QKV": (0, 1), "GATE_UP": (2,), "RESIDUAL": (3, 4), "OUT": (5,), "NORM_OUT": (6, 7)}
+
+
+@pytest.mark.parametrize("device", [CUDA])
+@pytest.mark.parametrize("num_tokens", [4, 8, 16, 29])
+def test_mma_warp_per_chunk_per_op(
+    num_tokens: int, device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """VGRAPH_MMA_WARP_PER_CHUNK_<OP>=1: the tensor-core kernel gives each chunk of K a warp where
+    the grid fits (SmolLM2-135M's QKV and O: 9 chunks of K = 576; its gate/up grid and its down
+    projection's 24 chunks keep the rule). Each op stays within the unfused path's tolerance and
+    the float32 reference's, the other ops write the same bits as without the switch, and a bad
+    value is refused. (A warp per chunk sums the same fp32 partials in another order, which
+    rarely changes a bfloat16 result: the bits are no sign that the switch took.)"""
+    monkeypatch.setenv("VGRAPH_GEMV", "mma")
+    dtype = torch.bfloat16
+    c = Case("SmolLM2-135M", num_tokens, dtype, device)
+    runs = path_runs(c)
+    rule = [run(32) for run in runs]
+    slow = [run(0) for run in runs]
+    head = norm_ref(c.hidden_x, c.norm_w) @ c.w_gu[:4096].float().T
+    refs = {0: ref_qkv(c, True, True), 1: ref_qkv(c, False, False), 2: ref_gate_up(c),
+            6: head, 7: head}  # fmt: skip
+    for op, mine in OP_RUNS.items():
+        name = f"VGRAPH_MMA_WARP_PER_CHUNK_{op}"
+        monkeypatch.setenv(name, "1")
+        for i, run in enumerate(runs):
+            got = run(32)
+            if i not in mine:
+                torch.testing.assert_close(got, rule[i], rtol=0, atol=0)
+                continue
+            assert rel_err(got, slow[i]) < PATH_TOL[dtype], (op, i)
+            if i in refs:
+                assert rel_err(got, refs[i]) < REL_TOL[dtype], (op, i)
+        monkeypatch.setenv(name, "2")
+        with pytest.raises(RuntimeError, match=f"{name} must be an integer in"):
+            runs[mine[0]](32)
+        monkeypatch.delenv(name)
+
+
 @pytest.mark.parametrize("device", [CUDA])
 @pytest.mark.parametrize("num_tokens", [1, 7, 9, 16, 29])
 @pytest.mark.parametrize("shape", ["SmolLM2-135M", "Llama-3.2-1B", "Qwen3-0.6B"])
