@@ -10,7 +10,10 @@ the copy back and the scheduler's update; with async scheduling the next step is
 the previous one's tokens are back, so a call's time is the device's step once the host keeps
 ahead of it. The prompt length puts the mean context of the timed steps at --context-len.
 Greedy tokens of both engines are compared (they must be equal). Prints a table (median ms per
-step, 10th / 90th percentiles) and writes JSON.
+step, 10th / 90th percentiles) and writes JSON. With --profile-steps N, the last round's requests
+then run N more steps under the CUDA profiler: the device's span a step, its busy and idle time
+and the longest gaps with the kernels around them (vgraph/bench/kernels.py: profile_kernels), to
+tell a loop that waits from one whose kernels run slower.
 
     python benchmarks/bench_async_scheduling.py --models SmolLM2-135M Llama-3.2-1B \
         --batch-sizes 1 4 8 16 --out /tmp/async.json
@@ -27,6 +30,7 @@ from typing import Any
 import torch
 
 from vgraph.bench.common import BLOCK_SIZE, environment, p10_p90
+from vgraph.bench.kernels import profile_kernels
 from vgraph.engine.arg_utils import create_engine_config
 from vgraph.engine.core import EngineCore
 from vgraph.engine.protocol import EngineCoreRequest
@@ -60,6 +64,12 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="the LM head writes float32 logits, not logits in the model's dtype",
     )
+    p.add_argument(
+        "--profile-steps",
+        type=int,
+        default=0,
+        help="after the timed steps of the last round, this many steps under the CUDA profiler",
+    )
     p.add_argument("--out", default=None)
     return p.parse_args()
 
@@ -89,10 +99,11 @@ def start(model: str, async_scheduling: bool, args: argparse.Namespace) -> Engin
 
 
 def run_batch(
-    core: EngineCore, batch: int, args: argparse.Namespace, seed: int
-) -> tuple[list[float], list[int]]:
-    """ms of each timed step, and the first request's tokens."""
-    steps = args.num_warmup + args.num_iters
+    core: EngineCore, batch: int, args: argparse.Namespace, seed: int, profile_steps: int = 0
+) -> tuple[list[float], list[int], dict[str, Any] | None]:
+    """ms of each timed step, the first request's tokens, and the profile of profile_steps more
+    steps (None without)."""
+    steps = args.num_warmup + args.num_iters + (profile_steps + 1 if profile_steps else 0)
     prompt_len = max(1, args.context_len - args.num_warmup - args.num_iters // 2)
     vocab = core.config.model_config.vocab_size
     gen = torch.Generator().manual_seed(seed)
@@ -114,9 +125,10 @@ def run_batch(
         t0 = time.perf_counter()
         step()
         times.append((time.perf_counter() - t0) * 1e3)
+    profile = profile_kernels(step, profile_steps) if profile_steps else None
     while core.has_unfinished_requests():
         step()
-    return times, tokens[ids[0]]
+    return times, tokens[ids[0]], profile
 
 
 def main() -> None:
@@ -131,11 +143,15 @@ def main() -> None:
         for batch in args.batch_sizes:
             times: dict[str, list[float]] = {name: [] for name in cores}
             first: dict[str, list[list[int]]] = {name: [] for name in cores}
+            profiles: dict[str, dict[str, Any]] = {}
             for r in range(args.rounds):
+                profile_steps = args.profile_steps if r == args.rounds - 1 else 0
                 for name, core in cores.items():
-                    t, toks = run_batch(core, batch, args, seed=r)
+                    t, toks, prof = run_batch(core, batch, args, r, profile_steps)
                     times[name] += t
                     first[name].append(toks)
+                    if prof is not None:
+                        profiles[name] = prof
             entry = {
                 name: {
                     "median_ms": statistics.median(t),
@@ -145,6 +161,8 @@ def main() -> None:
                 for name, t in times.items()
             }
             entry["greedy_tokens_equal"] = first["sync"] == first["async"]
+            for name, prof in profiles.items():
+                entry[name]["profile"] = prof
             result[str(batch)] = entry
             rows.append((model, batch, entry))
         for core in cores.values():
@@ -156,6 +174,20 @@ def main() -> None:
         print(
             f"{model:<16} {batch:>3} {s:>9.3f} {a:>9.3f} {s - a:>7.3f}  {e['greedy_tokens_equal']}"
         )
+    for model, batch, e in rows:
+        for name in VARIANTS:
+            prof = e[name].get("profile")
+            if prof is None:
+                continue
+            gaps = ", ".join(
+                f"{g['us']:.1f} ({g['after'][:24]} -> {g['before'][:24]})"
+                for g in prof["longest_gaps"][:4]
+            )
+            print(
+                f"profiled {model} B={batch} {name}: span {prof['span_us_per_step']:.1f} us a "
+                f"step, busy {prof['busy_us_per_step']:.1f}, idle {prof['idle_us_per_step']:.1f}, "
+                f"{prof['kernels_per_step']:.0f} kernels; longest gaps {gaps}"
+            )
     if args.out:
         with open(args.out, "w") as f:
             json.dump(report, f, indent=2)

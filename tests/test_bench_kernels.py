@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from vgraph.bench.kernels import kernel_family, short_name, summarize_kernels, wall_times
+from vgraph.bench.kernels import (
+    idle_gaps,
+    kernel_family,
+    short_name,
+    summarize_kernels,
+    wall_times,
+)
 
 
 @pytest.mark.parametrize(
@@ -81,3 +87,23 @@ def test_summary_lists_the_first_step_in_start_order_with_walls() -> None:
     ]
     walls = {e["name"]: e["wall_us"] for e in s["top"]}
     assert walls == {"a_kernel(int)": 4.0, "b_kernel(int)": 1.0}
+
+
+def test_idle_gaps_find_where_the_gpu_waited() -> None:
+    # two steps: a and b overlap (PDL), a copy, then c after a 3 us gap; the second step's a
+    # starts 5 us after c ends; d runs inside c (no gap)
+    activity = [
+        ("void k::a<int>(int)", 0.0, 4.0),
+        ("b", 1.0, 6.0),
+        ("Memcpy HtoD", 6.5, 7.0),
+        ("c", 10.0, 12.0),
+        ("d", 10.5, 11.0),
+        ("void k::a<int>(int)", 17.0, 20.0),
+    ]
+    g = idle_gaps(list(reversed(activity)), num_steps=2, top=2)
+    assert g["span_us_per_step"] == 10.0 and g["idle_us_per_step"] == 4.25  # (0.5 + 3 + 5) / 2
+    assert g["longest_gaps"] == [
+        {"us": 5.0, "after": "c", "before": "k::a<int>"},
+        {"us": 3.0, "after": "Memcpy HtoD", "before": "c"},
+    ]
+    assert idle_gaps([], 1)["longest_gaps"] == []

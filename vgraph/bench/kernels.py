@@ -135,8 +135,42 @@ def summarize_kernels(
     return out
 
 
+def idle_gaps(
+    activity: list[tuple[str, float, float]],  # (name, start us, end us) of kernels and copies
+    num_steps: int,
+    top: int = 8,
+) -> dict[str, Any]:
+    """Where the GPU waits: from the first activity's start to the last one's end (span_us, per
+    step: what a loop's step takes on the device), the time nothing ran (idle_us), and the `top`
+    longest gaps with what ended before and what started after each. A loop whose step exceeds
+    the GPU's busy time shows here whether the device waited (for the host, a copy) or ran the
+    same kernels slower (no idle time)."""
+    if not activity:
+        return {"span_us_per_step": 0.0, "idle_us_per_step": 0.0, "longest_gaps": []}
+    order = sorted(range(len(activity)), key=lambda i: activity[i][1])
+    first = order[0]
+    covered, last = activity[first][2], first
+    gaps = []
+    for i in order[1:]:
+        _, start, end = activity[i]
+        if start > covered:
+            gaps.append((start - covered, last, i))
+        if end > covered:
+            covered, last = end, i
+    longest = sorted(gaps, key=lambda g: g[0], reverse=True)[:top]
+    return {
+        "span_us_per_step": (covered - activity[first][1]) / num_steps,
+        "idle_us_per_step": sum(g[0] for g in gaps) / num_steps,
+        "longest_gaps": [
+            {"us": us, "after": short_name(activity[a][0]), "before": short_name(activity[b][0])}
+            for us, a, b in longest
+        ],
+    }
+
+
 def profile_kernels(step: Callable[[], Any], num_steps: int = 10) -> dict[str, Any]:
-    """Run step() num_steps times under the CUDA profiler (after one unprofiled run)."""
+    """Run step() num_steps times under the CUDA profiler (after one unprofiled run): the kernel
+    summary (summarize_kernels) and where the GPU waited (idle_gaps, copies counted as busy)."""
     from torch.profiler import ProfilerActivity, profile
 
     step()
@@ -145,14 +179,15 @@ def profile_kernels(step: Callable[[], Any], num_steps: int = 10) -> dict[str, A
         for _ in range(num_steps):
             step()
         torch.cuda.synchronize()
-    events = [
-        e
-        for e in prof.events()
-        if e.device_type == torch.autograd.DeviceType.CUDA and not _is_transfer(e.name)
-    ]
-    kernels = [(e.name, e.device_time) for e in events]
-    spans = [(e.time_range.start, e.time_range.end) for e in events]
-    return summarize_kernels(kernels, num_steps, spans)
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels = [e for e in events if not _is_transfer(e.name)]
+    out = summarize_kernels(
+        [(e.name, e.device_time) for e in kernels],
+        num_steps,
+        [(e.time_range.start, e.time_range.end) for e in kernels],
+    )
+    activity = [(e.name, e.time_range.start, e.time_range.end) for e in events]
+    return out | idle_gaps(activity, num_steps)
 
 
 def _is_transfer(name: str) -> bool:

@@ -141,8 +141,8 @@ def profile_runs(runs: list[_ModeRun]) -> None:
             )
             print(
                 f"{run.mode:<20}{name:<12}{k['kernels_per_step']:6.0f} kernels "
-                f"{k['gpu_us_per_step']:8.1f} us GPU, {k.get('busy_us_per_step', 0):6.1f} busy  "
-                f"({families})"
+                f"{k['gpu_us_per_step']:8.1f} us GPU, {k.get('busy_us_per_step', 0):6.1f} busy, "
+                f"{k.get('idle_us_per_step', 0):5.1f} idle  ({families})"
             )
 
 
