@@ -63,20 +63,24 @@ def test_greedy_tokens_from_the_head_are_used_unless_processors_change_the_logit
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_logits_in_the_model_dtype_sample_as_their_float32_widening(dtype: torch.dtype) -> None:
-    """The fused LM head writes the logits in the model's dtype; the sampler widens them where
-    it needs float32 (sampling, logprobs, processors), so every result equals that of the same
-    values in float32, and an all-greedy step with the head's tokens widens nothing."""
+    """The fused LM head writes the logits in the model's dtype; the sampler widens them for
+    logprobs and processors and samples from their float32 quotient by the temperature, so every
+    result equals that of the same values in float32; greedy rows need no float32."""
     low = random_logits(8, seed=4).to(dtype)
     wide = low.float()
     head = wide.argmax(dim=-1)
     greedy = [SamplingParams(temperature=0.0)] * 8
     assert sample(low, greedy, greedy=head).token_ids is head
     assert torch.equal(sample(low, greedy).token_ids, head)
+    plain = [SamplingParams(temperature=0.7, top_k=30, top_p=0.9, seed=i) for i in range(8)]
+    ids = [f"r{i}" for i in range(8)]
+    assert torch.equal(
+        sample(low, plain, {}, ids).token_ids, sample(wide, plain, {}, ids).token_ids
+    )
     params = [
         SamplingParams(temperature=0.0 if i % 3 == 0 else 0.9, top_k=20, top_p=0.9, seed=i)
         for i in range(4)
     ] + [SamplingParams(temperature=1.0, logprobs=3, logit_bias={5: 2.5}, seed=i) for i in range(4)]
-    ids = [f"r{i}" for i in range(8)]
     a = sample(low, params, {}, ids, greedy=head)
     b = sample(wide, params, {}, ids, greedy=head)
     assert torch.equal(a.token_ids, b.token_ids)

@@ -237,8 +237,8 @@ class LlamaForCausalLM(nn.Module):
     greedy_in_head = True
     # On the fused path, the head writes the logits in the model's dtype, vLLM's contract: the
     # values are the same as float32 ones (the head rounds them to the dtype first), a greedy step
-    # never widens them and the sampler widens them once where it needs float32 (sampling,
-    # logprobs, processors). On: float32 logits from the head (for comparisons).
+    # never widens them and the sampler works in float32 where it needs to (Sampler). On: float32
+    # logits from the head (for comparisons).
     float32_logits = False
 
     def __init__(self, cfg: dict[str, Any]) -> None:

@@ -55,11 +55,12 @@ class Sampler:
     def __call__(
         self, logits: torch.Tensor, md: SamplingMetadata, greedy: torch.Tensor | None = None
     ) -> SamplerOutput:
-        """logits: [R, vocab], float32 or the model's dtype (the fused LM head's), widened here
-        once where float32 is needed: sampling, logprobs, processors. Logprobs are of these raw
+        """logits: [R, vocab], float32 or the model's dtype (the fused LM head's): widened here
+        once for logprobs or processors; sampling divides them by the temperature into float32
+        (the same values either way); greedy rows need no float32. Logprobs are of these raw
         logits; bans apply to sampling. greedy: [R] int64, the raw logits' argmax where the LM
         head computed it (in a FULL graph), used unless a logits processor changes the logits."""
-        if not md.all_greedy or md.processors is not None or md.max_num_logprobs is not None:
+        if md.processors is not None or md.max_num_logprobs is not None:
             logits = logits.float()  # no copy where they are float32
         raw = logits
         logits = self.process(logits, md)
@@ -89,7 +90,8 @@ class Sampler:
         return logits if md.processors is None else apply_processors(logits, md.processors)
 
     def _sample(self, logits: torch.Tensor, md: SamplingMetadata) -> torch.Tensor:
-        # greedy rows get temperature 1 here; their sample is discarded by the caller
+        # greedy rows get temperature 1 here; their sample is discarded by the caller. The float32
+        # temperature makes the quotient float32 whatever the logits' dtype.
         temp = torch.where(md.temperature == 0.0, 1.0, md.temperature)
         logits = logits / temp[:, None]
         if flashinfer_sampling.fast_path_applies(logits, md):
