@@ -66,7 +66,9 @@ greedy tokens from the LM head op: LlamaForCausalLM.greedy_in_head off), `float3
 LM head writing float32 logits, as before 2026-12-04's logits in the model's dtype:
 LlamaForCausalLM.float32_logits on), `wpc_o` / `wpc_qkv_o` (the tensor-core GEMV with a warp per
 chunk of K where it fits, for the O and down projections / and the QKV projection,
-VGRAPH_MMA_WARP_PER_CHUNK_RESIDUAL / _QKV=1: SmolLM2-135M's O and QKV at K = 576).
+VGRAPH_MMA_WARP_PER_CHUNK_RESIDUAL / _QKV=1: SmolLM2-135M's O and QKV at K = 576),
+`argmax_plain` (the argmax kernel after the LM head launched without PDL, as before 2026-12-04's
+eighteenth pass, VGRAPH_ARGMAX_PDL=0).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 
@@ -165,6 +167,7 @@ VARIANTS = (
     "float32_logits",
     "wpc_o",
     "wpc_qkv_o",
+    "argmax_plain",
     "wide_residual1",
     "wide_residual1_w4",
     "wide_w4",
@@ -250,6 +253,7 @@ VARIANT_ENV = {
     "wide_residual16_w4": WIDE_RESIDUAL16 | {"VGRAPH_WIDE_WARPS": "4"},
     "wpc_o": {"VGRAPH_MMA_WARP_PER_CHUNK_RESIDUAL": "1"},
     "wpc_qkv_o": {"VGRAPH_MMA_WARP_PER_CHUNK_RESIDUAL": "1", "VGRAPH_MMA_WARP_PER_CHUNK_QKV": "1"},
+    "argmax_plain": {"VGRAPH_ARGMAX_PDL": "0"},
 }
 
 

@@ -24,6 +24,7 @@
 #include "argmax.h"
 #include "common.h"
 #include "device_info.cuh"
+#include "pdl.cuh"
 
 namespace vgraph {
 namespace {
@@ -183,6 +184,7 @@ template <typename TIn, bool kWiden>
 __global__ void __launch_bounds__(kArgmaxThreads)
     argmax_rows_kernel(int64_t* __restrict__ out, const TIn* __restrict__ logits, int64_t stride,
                        int vocab, bool vec4, float* __restrict__ widened, int64_t widened_stride) {
+  pdl::wait();  // launched with PDL: the logits are the previous kernel's (the LM head's)
   const int row = blockIdx.x, part = blockIdx.y, parts = gridDim.y;
   const TIn* x = logits + row * stride;
   float* w = kWiden ? widened + row * widened_stride : nullptr;
@@ -262,13 +264,22 @@ void launch_argmax(const at::Tensor& out, const at::Tensor& logits, float* widen
   cfg.gridDim = dim3(static_cast<unsigned>(logits.size(0)), parts);
   cfg.blockDim = dim3(kArgmaxThreads);
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = parts;
-  attr[0].val.clusterDim.z = 1;
+  // Programmatic stream serialization (pdl.cuh): the CTAs may start while the LM head's last CTAs
+  // run, instead of after a kernel boundary. VGRAPH_ARGMAX_PDL=0 launches plainly (comparisons;
+  // read at each launch, so a graph keeps what it was captured with).
+  cudaLaunchAttribute attr[2];
   cfg.attrs = attr;
-  cfg.numAttrs = parts > 1 ? 1 : 0;
+  cfg.numAttrs = 0;
+  if (pdl::enabled() && env_int("VGRAPH_ARGMAX_PDL", 1, 0, 1) == 1) {
+    attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[cfg.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (parts > 1) {
+    attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+    attr[cfg.numAttrs].val.clusterDim.x = 1;
+    attr[cfg.numAttrs].val.clusterDim.y = parts;
+    attr[cfg.numAttrs++].val.clusterDim.z = 1;
+  }
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, argmax_rows_kernel<TIn, kWiden>, out.data_ptr<int64_t>(),
                                     static_cast<const TIn*>(logits.data_ptr()),
                                     static_cast<int64_t>(logits.stride(0)),

@@ -94,6 +94,39 @@ def test_parts_switch_rejects_bad_values(monkeypatch, device: str, value: str) -
 
 
 @pytest.mark.parametrize("device", [CUDA])
+def test_plain_launch_switch_and_graph_replay(monkeypatch, device: str) -> None:
+    """The kernel waits for the previous one (it is launched with PDL behind the LM head):
+    behind a kernel that writes its rows, eagerly and replayed in a CUDA graph with new inputs,
+    it reads what that kernel wrote, as with VGRAPH_ARGMAX_PDL=0 (a plain launch); a bad value
+    is refused."""
+    g = torch.Generator().manual_seed(5)
+    inputs = [torch.randn(3, 49152, generator=g) * 4 for _ in range(3)]
+    inp = inputs[0].to(device)
+    logits = torch.empty_like(inp)
+    out = torch.empty(3, dtype=torch.long, device=device)
+
+    def step() -> None:
+        torch.mul(inp, 2, out=logits)  # the writer right before the kernel
+        torch.ops.vgraph_C.argmax_rows(out, logits)
+
+    for value in ("1", "0"):
+        monkeypatch.setenv("VGRAPH_ARGMAX_PDL", value)
+        inp.copy_(inputs[0])
+        step()
+        assert torch.equal(out.cpu(), oracle(inputs[0]))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
+        for x in inputs[1:]:
+            inp.copy_(x)
+            graph.replay()
+            assert torch.equal(out.cpu(), oracle(x))
+    monkeypatch.setenv("VGRAPH_ARGMAX_PDL", "2")
+    with pytest.raises(RuntimeError, match="VGRAPH_ARGMAX_PDL must be an integer in"):
+        run(logits)
+
+
+@pytest.mark.parametrize("device", [CUDA])
 def test_sampler_greedy_tokens_use_the_kernel_and_agree(device: str) -> None:
     logits = torch.randn(4, 49152, device=device)
     assert torch.equal(greedy_tokens(logits).cpu(), oracle(logits))

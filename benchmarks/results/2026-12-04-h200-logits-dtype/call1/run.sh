@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # 2026-12-04 (eighteenth pass), call 1: the LM head's logits in the model's dtype against float32
 # logits (float32_logits), and the tensor-core GEMV with a warp per chunk for the O projection
-# (wpc_o) or for the QKV and O projections (wpc_qkv_o), step in turns and the engine loop; the GPU
+# (wpc_o) or for the QKV and O projections (wpc_qkv_o), the argmax after the head launched
+# without PDL (argmax_plain), step in turns and the engine loop; the GPU
 # tests the change touches (ops, argmax over 16-bit rows, decode model, greedy FULL = NONE with
 # FULL's engine core in its own process, sampling, engine, piecewise); serving. The loop's first
 # round of each variant also profiles 20 steps: span, busy and idle time a step, the longest gaps.
@@ -26,10 +27,10 @@ ab() {  # name model batch iters variants...
   echo "$name rc=$? in $((SECONDS-t0)) s"; grep -A9 "^decode step, median" $o/$name.log | grep "B="; grep -E "decode_$b " $o/$name.log | cut -c1-150
   python3 $layer $o/$name/latency_*.json; pack
 }
-ab smol16 SmolLM2-135M 16 300 fused float32_logits wpc_o wpc_qkv_o
-ab llama16 Llama-3.2-1B 16 300 fused float32_logits
+ab smol16 SmolLM2-135M 16 300 fused float32_logits wpc_o wpc_qkv_o argmax_plain
+ab llama16 Llama-3.2-1B 16 300 fused float32_logits argmax_plain
 ab smol1 SmolLM2-135M 1 500 fused float32_logits
-ab llama1 Llama-3.2-1B 1 500 fused float32_logits
+ab llama1 Llama-3.2-1B 1 500 fused float32_logits argmax_plain
 i=0
 for v in dtype f32 wpc dtype f32 wpc; do  # the engine loop: model-dtype logits / float32 / + warp per chunk for O
   i=$((i+1)); flag=""; [ $v = f32 ] && flag="--float32-logits"; wpc=0; [ $v = wpc ] && wpc=1
