@@ -154,11 +154,9 @@ inline void check_logits_processors(const at::Tensor& out, const at::Tensor& log
                                     const std::optional<at::Tensor>& bitmask,
                                     const at::Tensor& row_ptr, const at::Tensor& codes,
                                     const at::Tensor& values, const at::Tensor& params) {
-  const at::ScalarType dtype = logits.scalar_type();
-  TORCH_CHECK(logits.dim() == 2 && logits.stride(1) == 1 &&
-                  (dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf),
-              "logits must be float32, bfloat16 or float16 [num_rows, vocab] with contiguous rows,"
-              " got ", dtype, " ", logits.sizes());
+  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.stride(1) == 1,
+              "logits must be float32 [num_rows, vocab] with contiguous rows, got ",
+              logits.scalar_type(), " ", logits.sizes());
   TORCH_CHECK(out.sizes() == logits.sizes() && out.scalar_type() == at::kFloat &&
                   out.stride(1) == 1 && out.device() == logits.device(),
               "out must be float32 ", logits.sizes(), " on ", logits.device());

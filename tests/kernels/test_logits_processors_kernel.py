@@ -130,3 +130,23 @@ def test_bitmask_alone_and_no_processors(device: str) -> None:
     got = apply_processors(logits, md.processors)
     assert torch.isfinite(got[1]).nonzero().flatten().tolist() == [0, 2]
     assert torch.equal(got[[0, 2]], logits[[0, 2]])
+
+
+@pytest.mark.parametrize("device", [CUDA])
+def test_kernel_takes_float32_logits_only(device: str) -> None:
+    """The model's head may write 16-bit logits; the sampler widens them before the processors,
+    and the kernel refuses any other dtype rather than misread them."""
+    reqs = batch(1000, seed=1)
+    md = build_sampling_metadata(reqs, {}, torch.device(device))
+    assert md.processors is not None
+    logits = torch.randn(len(reqs), 1000, device=device, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match=r"logits must be float32 \[num_rows, vocab\]"):
+        torch.ops.vgraph_C.apply_logits_processors(
+            torch.empty(logits.shape, device=device),
+            logits,
+            None,
+            md.processors.row_ptr,
+            md.processors.codes,
+            md.processors.values,
+            md.processors.params,
+        )

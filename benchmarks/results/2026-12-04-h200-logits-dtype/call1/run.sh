@@ -29,6 +29,7 @@ ab() {  # name model batch iters variants...
 }
 ab smol16 SmolLM2-135M 16 300 fused float32_logits wpc_o wpc_qkv_o argmax_plain
 ab llama16 Llama-3.2-1B 16 300 fused float32_logits argmax_plain
+ab smol8 SmolLM2-135M 8 300 fused wpc_o wpc_qkv_o  # call 7's warp per chunk won at 8 tokens
 ab smol1 SmolLM2-135M 1 500 fused float32_logits
 ab llama1 Llama-3.2-1B 1 500 fused float32_logits argmax_plain
 i=0
