@@ -18,7 +18,7 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD
 pack() { (cd $OUT && tar czf results.tgz r); }
 t0=$SECONDS; python3 -m vgraph.ext_build > $o/build.log 2>&1; echo "build rc=$? in $((SECONDS-t0)) s"; tail -1 $o/build.log
 t0=$SECONDS; timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_decode_ops.py tests/kernels/test_decode_model.py \
-  tests/kernels/test_argmax_rows.py > $o/tests_ops.log 2>&1
+  tests/kernels/test_argmax_rows.py tests/kernels/test_logits_processors_kernel.py > $o/tests_ops.log 2>&1
 echo "op tests rc=$? in $((SECONDS-t0)) s"; tail -1 $o/tests_ops.log; grep -E "^FAILED|^ERROR" $o/tests_ops.log | head -8; pack
 ab() {  # name model batch iters variants...
   local name=$1 model=$2 b=$3 n=$4; shift 4
