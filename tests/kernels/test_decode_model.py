@@ -54,7 +54,8 @@ def test_fused_head_writes_the_model_dtype_and_the_sampler_widens(
 ) -> None:
     """The fused LM head's logits are in the model's dtype (bfloat16 here); seeded top-p sampling
     and logprobs over them equal those over the head's float32 logits (the same values: the head
-    rounds them to bfloat16 first), and greedy tokens too."""
+    rounds them to bfloat16 first), and greedy tokens too; so does seeded sampling in a batch
+    with no logprobs (the sampler divides the logits by the temperature, widening none)."""
     from vgraph import LLM, SamplingParams
     from vgraph.models.llama import LlamaForCausalLM
 
@@ -76,15 +77,18 @@ def test_fused_head_writes_the_model_dtype_and_the_sampler_widens(
             cpu_kv_cache_bytes=1 << 24,
         )
         outs = [o.outputs[0] for o in llm.generate(prompts, params, use_tqdm=False)]
+        plain = SamplingParams(temperature=0.8, top_k=40, seed=5, max_tokens=8)
+        outs += [o.outputs[0] for o in llm.generate(prompts, plain, use_tqdm=False)]
         model = llm.engine.client.core.runner.model
         assert model.model.fused
         hidden = torch.randn(3, TINY["hidden_size"], dtype=torch.bfloat16)
         dtype = torch.float32 if float32_logits else torch.bfloat16
         assert model.compute_logits(hidden).dtype == dtype
         results[float32_logits] = [
-            (o.token_ids, [{t: lp.logprob for t, lp in step.items()} for step in o.logprobs])
+            (o.token_ids, [{t: lp.logprob for t, lp in step.items()} for step in o.logprobs or []])
             for o in outs
         ]
         llm.shutdown()
     assert results[False] == results[True]
-    assert len(set(results[False][0][0])) > 1  # the sampled request really samples
+    assert len(set(results[False][0][0])) > 1  # the sampled requests really sample
+    assert len(set(results[False][2][0])) > 1
