@@ -4,8 +4,8 @@
 # (wpc_o) or for the QKV and O projections (wpc_qkv_o), the argmax after the head launched
 # without PDL (argmax_plain), step in turns and the engine loop; the GPU
 # tests the change touches (ops, argmax over 16-bit rows, decode model, greedy FULL = NONE with
-# FULL's engine core in its own process, sampling, engine, piecewise); serving. The loop's first
-# round of each variant also profiles 20 steps: span, busy and idle time a step, the longest gaps.
+# FULL's engine core in its own process, sampling, engine, piecewise); serving. The first three
+# loop runs also profile 20 steps after their last round: span, busy and idle time a step, gaps.
 # Per-layer kernel tables: the seventeenth pass's layer.py.
 d=$(dirname $0); o=$OUT/r; mkdir -p $o
 layer=$d/../../2026-12-04-h200-head-greedy/call1/layer.py
