@@ -170,6 +170,13 @@ def path_runs(c: Case) -> list[Callable[[int | None], torch.Tensor]]:
     ]
 
 
+def norm_refs(c: Case) -> dict[int, torch.Tensor]:
+    """The float32 references of path_runs' runs with the RMSNorm prologue, by index."""
+    head = norm_ref(c.hidden_x, c.norm_w) @ c.w_gu[:4096].float().T
+    return {0: ref_qkv(c, True, True), 1: ref_qkv(c, False, False), 2: ref_gate_up(c),
+            6: head, 7: head}  # fmt: skip
+
+
 DEVICES = ["cpu", CUDA]
 TOKENS = [1, 3, 8, 16, 17]
 NORM_RUNS = (0, 1, 2, 6, 7)  # the runs of path_runs with the RMSNorm prologue
@@ -318,9 +325,7 @@ def test_norm_scaled_sums_and_plain_launches(
         runs = path_runs(c)
         scaled = [run(32) for run in runs]
         slow = [run(0) for run in runs]
-        head = norm_ref(c.hidden_x, c.norm_w) @ c.w_gu[:4096].float().T
-        refs = {0: ref_qkv(c, True, True), 1: ref_qkv(c, False, False), 2: ref_gate_up(c),
-                6: head, 7: head}  # fmt: skip
+        refs = norm_refs(c)
         monkeypatch.setenv("VGRAPH_GEMV_NORM_SCALED", "0")
         first = [run(32) for run in runs]
         monkeypatch.delenv("VGRAPH_GEMV_NORM_SCALED")
@@ -393,9 +398,7 @@ def test_mma_warp_per_chunk_per_op(
     runs = path_runs(c)
     rule = [run(32) for run in runs]
     slow = [run(0) for run in runs]
-    head = norm_ref(c.hidden_x, c.norm_w) @ c.w_gu[:4096].float().T
-    refs = {0: ref_qkv(c, True, True), 1: ref_qkv(c, False, False), 2: ref_gate_up(c),
-            6: head, 7: head}  # fmt: skip
+    refs = norm_refs(c)
     for op, mine in OP_RUNS.items():
         name = f"VGRAPH_MMA_WARP_PER_CHUNK_{op}"
         monkeypatch.setenv(name, "1")
@@ -431,9 +434,7 @@ def test_wide_kernel_splits_and_warps(
     c = Case(shape, num_tokens, dtype, device)
     runs = path_runs(c)
     slow = [run(0) for run in runs]
-    head = norm_ref(c.hidden_x, c.norm_w) @ c.w_gu[:4096].float().T
-    refs = {0: ref_qkv(c, True, True), 1: ref_qkv(c, False, False), 2: ref_gate_up(c), 6: head,
-            7: head}  # fmt: skip
+    refs = norm_refs(c)
     w = rand(4101, c.hidden, device=device, dtype=dtype, seed=11, scale=c.hidden**-0.5)
     ref = c.hidden_x.float() @ w.float().T
     chunks = c.hidden // 64
