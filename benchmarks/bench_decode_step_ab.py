@@ -68,7 +68,9 @@ LlamaForCausalLM.float32_logits on), `wpc_o` / `wpc_qkv_o` (the tensor-core GEMV
 chunk of K where it fits, for the O and down projections / and the QKV projection,
 VGRAPH_MMA_WARP_PER_CHUNK_RESIDUAL / _QKV=1: SmolLM2-135M's O and QKV at K = 576),
 `argmax_plain` (the argmax kernel after the LM head launched without PDL, as before 2026-12-04's
-eighteenth pass, VGRAPH_ARGMAX_PDL=0).
+eighteenth pass, VGRAPH_ARGMAX_PDL=0), `gather_off` (the GEMVs' activations loaded each where it
+is used, as before the nineteenth pass, not copied to shared memory a chunk at a time,
+VGRAPH_GEMV_GATHER=0).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 
@@ -168,6 +170,7 @@ VARIANTS = (
     "wpc_o",
     "wpc_qkv_o",
     "argmax_plain",
+    "gather_off",
     "wide_residual1",
     "wide_residual1_w4",
     "wide_w4",
@@ -254,6 +257,7 @@ VARIANT_ENV = {
     "wpc_o": {"VGRAPH_MMA_WARP_PER_CHUNK_RESIDUAL": "1"},
     "wpc_qkv_o": {"VGRAPH_MMA_WARP_PER_CHUNK_RESIDUAL": "1", "VGRAPH_MMA_WARP_PER_CHUNK_QKV": "1"},
     "argmax_plain": {"VGRAPH_ARGMAX_PDL": "0"},
+    "gather_off": {"VGRAPH_GEMV_GATHER": "0"},
 }
 
 

@@ -46,4 +46,9 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
+// A compiler barrier: no memory access moves across it. The asm statements above carry no memory
+// clobber, so a thread reading its own cp.async slots (no __syncthreads between) puts one after
+// the wait, before the slots' reads, and one before their refill, after the last reads.
+__device__ __forceinline__ void compiler_fence() { asm volatile("" ::: "memory"); }
+
 }  // namespace vgraph

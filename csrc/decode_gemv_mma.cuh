@@ -72,8 +72,11 @@ __device__ __forceinline__ int mma_row(const GemvArgs<T>& a, int tile, int i) {
 
 // NT: 8-token column tiles (1, 2 or 4: up to 8, 16 or 32 tokens). A launch split by tokens
 // (gridDim.y > 1, NT = 1: mma_split) gives CTA row blockIdx.y tokens 8 * blockIdx.y on.
-template <typename T, int NT, Epilogue E>
+// G: gather_x's code (up to 2 column tiles), compiled apart so that neither version holds the
+// other's registers.
+template <typename T, int NT, Epilogue E, bool G = false>
 __global__ void __launch_bounds__(kMmaMaxWarps * 32) gemv_mma_kernel(const GemvArgs<T> a) {
+  static_assert(!G || NT <= 2, "gather_x is for up to 2 column tiles");
   constexpr bool kNorm = has_norm(E);
   constexpr int P = kMmaPreload;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, num_warps = blockDim.x / 32;
@@ -199,7 +202,38 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32) gemv_mma_kernel(const GemvA
     acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
     sq[nt] = 0.f;
   }
+  // With gather_x (GemvArgs; G) up to 16 tokens, cp.async copies the activations of a warp's next
+  // P chunks to its shared-memory slots ([slot][column tile][vector][lane]) ahead of their mma
+  // steps, all in flight at once and no registers held (zero-filled past its chunks and the
+  // tokens, from addresses clamped to its last ones); else each vector is loaded where it is used.
+  // Above 16 tokens (4 column tiles) the slots would take 4 KiB of shared memory a warp.
+  constexpr bool gather = G;
+  uint4* s_x = reinterpret_cast<uint4*>(const_cast<T*>(s_nw) + (kNorm ? a.K : 0)) +
+               warp * P * NT * kMmaVecs * 32;
+  auto stage = [&](int j0) {
+#pragma unroll
+    for (int s = 0; s < P; ++s) {
+      const int j = j0 + s, k = (warp + min(j, my_chunks - 1) * num_warps) * kMmaK + q * 8;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int m = nt * 8 + g;
+        const T* xm = x + min(m, m_count - 1) * a.x_stride + k;
+#pragma unroll
+        for (int v = 0; v < kMmaVecs; ++v) {
+          cp_async16(&s_x[((s * NT + nt) * kMmaVecs + v) * 32 + lane], xm + v * 32,
+                     j < my_chunks && m < m_count);
+        }
+      }
+    }
+    cp_async_commit();
+  };
   for (int j0 = 0; j0 < my_chunks; j0 += P) {
+    if constexpr (gather) {
+      compiler_fence();  // the previous chunks' reads of the slots, then their refill
+      stage(j0);
+      cp_async_wait<0>();
+      compiler_fence();
+    }
 #pragma unroll
     for (int s = 0; s < P; ++s) {
       const int j = j0 + s;
@@ -217,7 +251,8 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32) gemv_mma_kernel(const GemvA
         for (int v = 0; v < kMmaVecs; ++v) {
           uint4 xb = {0u, 0u, 0u, 0u};
           if (m < m_count) {
-            xb = *reinterpret_cast<const uint4*>(x + m * a.x_stride + k + v * 32);
+            xb = gather ? s_x[((s * NT + nt) * kMmaVecs + v) * 32 + lane]
+                        : *reinterpret_cast<const uint4*>(x + m * a.x_stride + k + v * 32);
             if constexpr (kNorm) {
               const uint4 nw = *reinterpret_cast<const uint4*>(s_nw + k + v * 32);
               if (scaled) {
@@ -300,11 +335,12 @@ inline int mma_warps(int num_tiles, int num_chunks, bool warp_per_chunk) {
 }
 
 // Dynamic shared memory of a CTA of NT column tiles and `warps` warps: the partial tiles, the norm
-// weight.
+// weight, the activations' slots (gather_x, up to 2 column tiles).
 template <typename T, Epilogue E>
 size_t mma_smem(const GemvArgs<T>& a, int nt, int warps) {
   return static_cast<size_t>(warps) * nt * 4 * 32 * sizeof(float) +
-         (has_norm(E) ? static_cast<size_t>(a.K) * sizeof(T) : 0);
+         (has_norm(E) ? static_cast<size_t>(a.K) * sizeof(T) : 0) +
+         (a.gather_x && nt <= 2 ? sizeof(uint4) * warps * kMmaPreload * nt * kMmaVecs * 32 : 0);
 }
 
 template <typename T, Epilogue E>
@@ -326,6 +362,16 @@ __host__ __device__ __forceinline__ int mma_tiles(const GemvArgs<T>& a) {
 // bit-equal. VGRAPH_MMA_SPLIT=0 / 1 never / always splits (comparisons; read at each launch, so a
 // graph keeps what it was captured with).
 constexpr int kMmaSplitMib = 4;
+
+// The kernel of NT column tiles that a's launch runs: gather_x's version up to 2.
+template <typename T, int NT, Epilogue E>
+auto mma_kernel(const GemvArgs<T>& a) -> void (*)(const GemvArgs<T>) {
+  if constexpr (NT <= 2) {
+    if (a.gather_x) return gemv_mma_kernel<T, NT, E, true>;
+  }
+  return gemv_mma_kernel<T, NT, E>;
+}
+
 template <typename T, Epilogue E>
 bool mma_split(const GemvArgs<T>& a, int tiles, int warps, size_t smem) {
   const int force = env_int("VGRAPH_MMA_SPLIT", -1, 0, 1);  // -1: the rule
@@ -335,7 +381,7 @@ bool mma_split(const GemvArgs<T>& a, int tiles, int warps, size_t smem) {
   }
   int fit = 0;  // CTAs of one column tile an SM holds
   C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &fit, gemv_mma_kernel<T, 1, E>, warps * 32, smem));
+      &fit, mma_kernel<T, 1, E>(a), warps * 32, smem));
   return static_cast<int64_t>(tiles) * ((a.num_tokens + 7) / 8) <=
          static_cast<int64_t>(fit) * num_sms();
 }
@@ -345,15 +391,15 @@ template <typename T, int NT, Epilogue E>
 void launch_mma_nt(const GemvArgs<T>& a, int slices, cudaStream_t stream) {
   const int tiles = mma_tiles<T, E>(a), warps = mma_warps(tiles, a.K / kMmaK, a.warp_per_chunk);
   const size_t smem = mma_smem<T, E>(a, NT, warps);
+  const auto kernel = mma_kernel<T, NT, E>(a);
   if (smem > 40 * 1024) {  // near the 48 KiB default (static smem counts too): opt in
-    C10_CUDA_CHECK(cudaFuncSetAttribute(gemv_mma_kernel<T, NT, E>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(smem)));
   }
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg =
       pdl::launch_config(dim3(tiles, slices), dim3(warps * 32), smem, stream, attr, a.pdl);
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_mma_kernel<T, NT, E>, a));
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
 }
 
 template <typename T, Epilogue E>
