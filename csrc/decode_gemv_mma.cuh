@@ -202,42 +202,44 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32) gemv_mma_kernel(const GemvA
     acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
     sq[nt] = 0.f;
   }
-  // With gather_x (GemvArgs; G) up to 16 tokens, cp.async copies the activations of a warp's next
-  // P chunks to its shared-memory slots ([slot][column tile][vector][lane]) ahead of their mma
-  // steps, all in flight at once and no registers held (zero-filled past its chunks and the
-  // tokens, from addresses clamped to its last ones); else each vector is loaded where it is used.
-  // Above 16 tokens (4 column tiles) the slots would take 4 KiB of shared memory a warp.
+  // With gather_x (GemvArgs; G) up to 16 tokens, cp.async copies the activations of the warp's
+  // next chunks to its shared-memory slots ([chunk][column tile][vector][lane], 2 KiB a warp:
+  // zero-filled past its chunks and the tokens, from addresses clamped to its last ones), all in
+  // flight at once, then waits for them: up to 8 tokens P chunks, at 9-16 one. A round trip for
+  // those chunks, where loads of each vector where it is used, behind the token bound, took one
+  // for each chunk up to 8 tokens and 2-3 for each at 16. (Loaded to registers instead, ptxas put
+  // mma steps between a chunk's loads at 16 tokens: 2 round trips.)
   constexpr bool gather = G;
+  constexpr int kStageChunks = NT == 1 ? P : 1;
   uint4* s_x = reinterpret_cast<uint4*>(const_cast<T*>(s_nw) + (kNorm ? a.K : 0)) +
-               warp * P * NT * kMmaVecs * 32;
-  auto stage = [&](int j0) {
+               warp * kStageChunks * NT * kMmaVecs * 32;
+  auto stage = [&](int j) {  // chunks j .. j + kStageChunks - 1
+    compiler_fence();        // the slots' earlier reads, then their refill
 #pragma unroll
-    for (int s = 0; s < P; ++s) {
-      const int j = j0 + s, k = (warp + min(j, my_chunks - 1) * num_warps) * kMmaK + q * 8;
+    for (int c = 0; c < kStageChunks; ++c) {
+      const int jc = j + c, k = (warp + min(jc, my_chunks - 1) * num_warps) * kMmaK + q * 8;
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const int m = nt * 8 + g;
         const T* xm = x + min(m, m_count - 1) * a.x_stride + k;
 #pragma unroll
         for (int v = 0; v < kMmaVecs; ++v) {
-          cp_async16(&s_x[((s * NT + nt) * kMmaVecs + v) * 32 + lane], xm + v * 32,
-                     j < my_chunks && m < m_count);
+          cp_async16(&s_x[((c * NT + nt) * kMmaVecs + v) * 32 + lane], xm + v * 32,
+                     jc < my_chunks && m < m_count);
         }
       }
     }
     cp_async_commit();
+    cp_async_wait<0>();
+    compiler_fence();
   };
   for (int j0 = 0; j0 < my_chunks; j0 += P) {
-    if constexpr (gather) {
-      compiler_fence();  // the previous chunks' reads of the slots, then their refill
-      stage(j0);
-      cp_async_wait<0>();
-      compiler_fence();
-    }
+    if constexpr (gather && kStageChunks == P) stage(j0);
 #pragma unroll
     for (int s = 0; s < P; ++s) {
       const int j = j0 + s;
       if (j >= my_chunks) break;
+      if constexpr (gather && kStageChunks == 1) stage(j);
       uint4 A0[kMmaVecs], A1[kMmaVecs];
 #pragma unroll
       for (int v = 0; v < kMmaVecs; ++v) A0[v] = wa[s][v], A1[v] = wb[s][v];
@@ -251,7 +253,8 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32) gemv_mma_kernel(const GemvA
         for (int v = 0; v < kMmaVecs; ++v) {
           uint4 xb = {0u, 0u, 0u, 0u};
           if (m < m_count) {
-            xb = gather ? s_x[((s * NT + nt) * kMmaVecs + v) * 32 + lane]
+            const int c = kStageChunks == 1 ? 0 : s;  // the chunk's slots
+            xb = gather ? s_x[((c * NT + nt) * kMmaVecs + v) * 32 + lane]
                         : *reinterpret_cast<const uint4*>(x + m * a.x_stride + k + v * 32);
             if constexpr (kNorm) {
               const uint4 nw = *reinterpret_cast<const uint4*>(s_nw + k + v * 32);
@@ -334,13 +337,17 @@ inline int mma_warps(int num_tiles, int num_chunks, bool warp_per_chunk) {
   return w;
 }
 
+// A warp's activation slots (gather_x): kMmaPreload chunks of one column tile or one of two.
+constexpr size_t kMmaStageBytes = sizeof(uint4) * kMmaPreload * kMmaVecs * 32;
+static_assert(kMmaPreload == 2, "the slots of 2 column tiles hold one chunk");
+
 // Dynamic shared memory of a CTA of NT column tiles and `warps` warps: the partial tiles, the norm
 // weight, the activations' slots (gather_x, up to 2 column tiles).
 template <typename T, Epilogue E>
 size_t mma_smem(const GemvArgs<T>& a, int nt, int warps) {
   return static_cast<size_t>(warps) * nt * 4 * 32 * sizeof(float) +
          (has_norm(E) ? static_cast<size_t>(a.K) * sizeof(T) : 0) +
-         (a.gather_x && nt <= 2 ? sizeof(uint4) * warps * kMmaPreload * nt * kMmaVecs * 32 : 0);
+         (a.gather_x && nt <= 2 ? kMmaStageBytes * warps : 0);
 }
 
 template <typename T, Epilogue E>
