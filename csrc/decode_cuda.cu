@@ -219,12 +219,13 @@ bool launch_fused(const GemvArgs<T>& call, int num_pairs, cudaStream_t stream) {
   // within the spread. VGRAPH_GEMV_L2_EVICT_FIRST=0 leaves the loads unhinted (comparisons).
   a.l2_evict_first = env_int("VGRAPH_GEMV_L2_EVICT_FIRST", 1, 0, 1) == 1;
   // The CUDA-core kernel at one token and the tensor-core kernel up to 16 copy a chunk's
-  // activations to shared memory together (GemvArgs::gather_x): one round trip to L2 a chunk.
-  // Loaded where they are used, compiled for sm_90, they took a round trip for each of a thread's
-  // 4 vectors of a chunk on the CUDA-core kernel (Llama-3.2-1B's QKV and O at one token: 4, its
-  // down projection 8) and 5 for every 2 chunks on the tensor-core kernel at 9-16 tokens
-  // (Llama-3.2-1B's O at 16: 10). Not yet measured on a GPU (2026-12-04-h200-gather).
-  // VGRAPH_GEMV_GATHER=0 loads each vector where it is used (comparisons; read at each launch).
+  // activations to shared memory together and wait for them once (GemvArgs::gather_x). Loaded
+  // where they are used, compiled for sm_90, each vector of a chunk was a round trip to L2 of its
+  // own: on the CUDA-core kernel 4 a chunk (Llama-3.2-1B's QKV and O at one token: 4, its down
+  // projection 8; now 1 and 2), on the tensor-core kernel 1 a chunk up to 8 tokens (now 1 for
+  // every 2 chunks) and 5 for every 2 chunks at 9-16 (Llama-3.2-1B's O at 16: 10; now 4). Not yet
+  // measured on a GPU (2026-12-04-h200-gather). VGRAPH_GEMV_GATHER=0 loads each vector where it is
+  // used (comparisons; read at each launch).
   a.gather_x = env_int("VGRAPH_GEMV_GATHER", 1, 0, 1) == 1;
   const Kernel kernel = pick_kernel(E, a.num_tokens, a.N, a.K, a.head_size);
   if (kernel == Kernel::kWide && launch_gemv_wide<T, E>(a, stream)) return false;
