@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# 2026-12-04 (eighteenth pass), call 1: the LM head's logits in the model's dtype against float32
-# logits (float32_logits), and the tensor-core GEMV with a warp per chunk for the O projection
-# (wpc_o) or for the QKV and O projections (wpc_qkv_o), the argmax after the head launched
-# without PDL (argmax_plain), step in turns and the engine loop; the GPU
-# tests the change touches (ops, argmax over 16-bit rows, decode model, greedy FULL = NONE with
-# FULL's engine core in its own process, sampling, engine, piecewise); serving. The first three
+# 2026-12-04 (nineteenth pass), call 1: the GEMVs' activations staged a chunk at a time against
+# loads where they are used (gather_off), and the eighteenth pass's changes, which have not run on
+# a GPU either: the LM head's logits in the model's dtype against float32 logits (float32_logits),
+# the tensor-core GEMV with a warp per chunk for the O projection (wpc_o) or for the QKV and O
+# projections (wpc_qkv_o), the argmax after the head launched without PDL (argmax_plain). Step in
+# turns and the engine loop; the GPU tests the changes touch (ops, including the gathered loads'
+# bits against the old loads', argmax over 16-bit rows, decode model, greedy FULL = NONE with
+# FULL's engine core in its own process, sampling, engine, piecewise); serving. The first four
 # loop runs also profile 20 steps after their last round: span, busy and idle time a step, gaps.
 # Per-layer kernel tables: the seventeenth pass's layer.py.
 d=$(dirname $0); o=$OUT/r; mkdir -p $o
@@ -27,16 +29,16 @@ ab() {  # name model batch iters variants...
   echo "$name rc=$? in $((SECONDS-t0)) s"; grep -A9 "^decode step, median" $o/$name.log | grep "B="; grep -E "decode_$b " $o/$name.log | cut -c1-150
   python3 $layer $o/$name/latency_*.json; pack
 }
-ab smol16 SmolLM2-135M 16 300 fused float32_logits wpc_o wpc_qkv_o argmax_plain
-ab llama16 Llama-3.2-1B 16 300 fused float32_logits argmax_plain
-ab smol8 SmolLM2-135M 8 300 fused wpc_o wpc_qkv_o  # call 7's warp per chunk won at 8 tokens
-ab smol1 SmolLM2-135M 1 500 fused float32_logits
-ab llama1 Llama-3.2-1B 1 500 fused float32_logits argmax_plain
+ab smol16 SmolLM2-135M 16 300 fused gather_off float32_logits wpc_o wpc_qkv_o argmax_plain
+ab llama16 Llama-3.2-1B 16 300 fused gather_off float32_logits argmax_plain
+ab smol1 SmolLM2-135M 1 500 fused gather_off float32_logits
+ab llama1 Llama-3.2-1B 1 500 fused gather_off float32_logits argmax_plain
+ab smol8 SmolLM2-135M 8 300 fused gather_off wpc_o wpc_qkv_o  # the eighteenth pass's call 7: wpc won at 8
 i=0
-for v in dtype f32 wpc dtype f32 wpc; do  # the engine loop: model-dtype logits / float32 / + warp per chunk for O
-  i=$((i+1)); flag=""; [ $v = f32 ] && flag="--float32-logits"; wpc=0; [ $v = wpc ] && wpc=1
-  [ $i -le 3 ] && flag="$flag --profile-steps 20"  # the first round of each: where the loop waits
-  t0=$SECONDS; VGRAPH_MMA_WARP_PER_CHUNK_RESIDUAL=$wpc VGRAPH_ENABLE_MULTIPROCESSING=0 timeout 60 python3 benchmarks/bench_async_scheduling.py \
+for v in dtype nogather f32 wpc dtype nogather f32 wpc; do  # the engine loop: the tree / loads where used / float32 logits / + warp per chunk for O
+  i=$((i+1)); flag=""; [ $v = f32 ] && flag="--float32-logits"; wpc=0; [ $v = wpc ] && wpc=1; gather=1; [ $v = nogather ] && gather=0
+  [ $i -le 4 ] && flag="$flag --profile-steps 20"  # the first round of each: where the loop waits
+  t0=$SECONDS; VGRAPH_GEMV_GATHER=$gather VGRAPH_MMA_WARP_PER_CHUNK_RESIDUAL=$wpc VGRAPH_ENABLE_MULTIPROCESSING=0 timeout 60 python3 benchmarks/bench_async_scheduling.py \
     --models SmolLM2-135M Llama-3.2-1B --batch-sizes 1 16 --capture-sizes 1 2 4 8 16 --rounds 5 $flag --out $o/async_$v$i.json > $o/async_$v$i.log 2>&1
   echo "async $v rc=$? in $((SECONDS-t0)) s"; grep -A5 "^model" $o/async_$v$i.log; grep "^profiled" $o/async_$v$i.log | cut -c1-220; pack
 done
