@@ -69,7 +69,8 @@ int threads_for(int64_t work, int max_threads) {
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // kernel<<<grid, block, 0, stream>>>(args...), with programmatic stream serialization unless
-// VGRAPH_PDL_LAYERS=0 (the kernel begins with pdl_prologue()).
+// VGRAPH_PDL_LAYERS=0 (the kernel begins with pdl_prologue(), or its two halves around the
+// loads of what no kernel of ours writes: rms_norm's weight, rotary's positions and cos / sin).
 template <typename... Params, typename... Args>
 void launch_layer_kernel(void (*kernel)(Params...), int64_t grid, int block, cudaStream_t stream,
                          Args... args) {
@@ -80,9 +81,11 @@ void launch_layer_kernel(void (*kernel)(Params...), int64_t grid, int block, cud
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...));
 }
 
-// The first statement of every kernel here: the next kernel may start (its prologue reads
-// nothing this one writes), and nothing below runs before the previous kernel's writes are
-// visible, nor writes what it may still read.
+// The first statement of the kernels here: the next kernel may start (its prologue reads nothing
+// this one writes), and nothing below runs before the previous kernel's writes are visible, nor
+// writes what it may still read. Before the wait a kernel may read only what the step does not
+// write or what a kernel that lets its dependents in only at its exit wrote (any torch kernel, a
+// copy): a kernel of ours may still be running there.
 __device__ __forceinline__ void pdl_prologue() {
   pdl::launch_dependents();
   pdl::wait();
@@ -91,8 +94,12 @@ __device__ __forceinline__ void pdl_prologue() {
 // ---- rms_norm / fused_add_rms_norm ------------------------------------------------------------
 // ADD = false: out = weight * (x * inv_rms).to(dtype), x = input.
 // ADD = true:  residual = (input + residual).to(dtype); input = weight * (r * inv_rms).to(dtype).
-// Pass 1 accumulates sum(x^2) in float32; pass 2 re-reads the row (from L1/L2) and writes. Each
-// thread re-reads exactly the elements it wrote in pass 1, so no barrier is needed between them.
+// Pass 1 accumulates sum(x^2) in float32; pass 2 writes. A thread's first vector of the row stays
+// in registers from pass 1 and its weight vector is loaded before the PDL wait (no kernel writes
+// the weight), so where a thread has one vector (hidden up to 1024 vectors: every shipped config)
+// pass 2 loads nothing and the kernel does one round trip of loads after the wait, not two. Later
+// vectors are re-read (from L1/L2): each thread re-reads exactly the elements it wrote in pass 1,
+// so no barrier is needed between them.
 template <typename scalar_t, int VEC, bool ADD>
 __global__ void rms_norm_kernel(
     scalar_t* out,                        // [num_tokens, hidden] (row stride out_stride)
@@ -100,7 +107,6 @@ __global__ void rms_norm_kernel(
     scalar_t* residual,                   // [num_tokens, hidden]; nullptr unless ADD
     const scalar_t* __restrict__ weight,  // [hidden]
     int64_t out_stride, int64_t in_stride, int64_t res_stride, int hidden, float eps) {
-  pdl_prologue();
   using vec_t = Vec<scalar_t, VEC>;
   const int64_t t = blockIdx.x;
   const int num_vecs = hidden / VEC;
@@ -108,9 +114,16 @@ __global__ void rms_norm_kernel(
   vec_t* r_row = ADD ? reinterpret_cast<vec_t*>(residual + t * res_stride) : nullptr;
   vec_t* o_row = reinterpret_cast<vec_t*>(out + t * out_stride);
   const vec_t* w_row = reinterpret_cast<const vec_t*>(weight);
+  const int first = threadIdx.x;  // this thread's first vector
+  vec_t w_first{};
+  if (first < num_vecs) w_first = w_row[first];
+  // Issued after the load: with launch_dependents first, ptxas placed the load after the wait.
+  pdl::launch_dependents();
+  pdl::wait();
 
   float sum_sq = 0.f;
-  for (int i = threadIdx.x; i < num_vecs; i += blockDim.x) {
+  vec_t x_first{};
+  for (int i = first; i < num_vecs; i += blockDim.x) {
     vec_t x = x_row[i];
     if constexpr (ADD) {
       const vec_t r = r_row[i];
@@ -120,6 +133,7 @@ __global__ void rms_norm_kernel(
       }
       r_row[i] = x;
     }
+    if (i == first) x_first = x;
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
       const float f = static_cast<float>(x.v[j]);
@@ -128,9 +142,9 @@ __global__ void rms_norm_kernel(
   }
   const float inv_rms = rsqrtf(block_sum(sum_sq) / static_cast<float>(hidden) + eps);
 
-  for (int i = threadIdx.x; i < num_vecs; i += blockDim.x) {
-    const vec_t x = ADD ? r_row[i] : x_row[i];
-    const vec_t w = w_row[i];
+  for (int i = first; i < num_vecs; i += blockDim.x) {
+    const vec_t x = i == first ? x_first : (ADD ? r_row[i] : x_row[i]);
+    const vec_t w = i == first ? w_first : w_row[i];
     vec_t y;
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
@@ -206,7 +220,11 @@ __global__ void rotary_embedding_kernel(
     const float* __restrict__ cos_sin_cache,  // [max_position, rot_dim]: cos | sin
     int64_t q_stride, int64_t k_stride, int rot_dim, int head_size, int num_heads,
     int num_kv_heads, int max_position) {
-  pdl_prologue();
+  // The token's position and the cos / sin of this thread's first item are read before the PDL
+  // wait: the positions are the step's inputs (copied before its first kernel, or computed by a
+  // torch kernel), and no kernel writes the cache. After the wait one round trip loads q / k, where the position and then
+  // cos / sin took two before it (every item is a thread's first up to 512 items a token: every
+  // shipped config).
   using vec_t = Vec<scalar_t, VEC>;
   const int64_t t = blockIdx.x;
   const int64_t pos = static_cast<int64_t>(positions[t]);
@@ -216,14 +234,28 @@ __global__ void rotary_embedding_kernel(
   const int chunks = half / VEC;  // items per head
   const int q_items = num_heads * chunks;
   const int items = (num_heads + num_kv_heads) * chunks;
-  for (int i = threadIdx.x; i < items; i += blockDim.x) {
+  const int first = threadIdx.x;  // this thread's first item
+  float cos_first[VEC], sin_first[VEC];
+  if (first < items) {
+    const int c = (first % chunks) * VEC;  // q items, then k items: heads of `chunks` items each
+    load_floats<VEC>(cos_row + c, cos_first);
+    load_floats<VEC>(cos_row + half + c, sin_first);
+  }
+  pdl::launch_dependents();
+  pdl::wait();
+  for (int i = first; i < items; i += blockDim.x) {
     const bool is_q = i < q_items;
     const int j = is_q ? i : i - q_items;
     const int head = j / chunks, c = (j - head * chunks) * VEC;
     scalar_t* x = (is_q ? query + t * q_stride : key + t * k_stride) + head * head_size + c;
     float cos[VEC], sin[VEC];
-    load_floats<VEC>(cos_row + c, cos);
-    load_floats<VEC>(cos_row + half + c, sin);
+    if (i == first) {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) cos[k] = cos_first[k], sin[k] = sin_first[k];
+    } else {
+      load_floats<VEC>(cos_row + c, cos);
+      load_floats<VEC>(cos_row + half + c, sin);
+    }
     vec_t a = *reinterpret_cast<const vec_t*>(x);
     vec_t b = *reinterpret_cast<const vec_t*>(x + half);
 #pragma unroll

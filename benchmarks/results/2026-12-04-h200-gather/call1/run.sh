@@ -30,7 +30,7 @@ ab() {  # name model batch iters variants...
   python3 $layer $o/$name/latency_*.json; pack
 }
 ab smol16 SmolLM2-135M 16 300 fused gather_off float32_logits wpc_o wpc_qkv_o argmax_plain
-ab llama16 Llama-3.2-1B 16 300 fused gather_off float32_logits argmax_plain
+ab llama16 Llama-3.2-1B 16 300 fused gather_off down16 float32_logits argmax_plain  # down16: the down projection on the tensor-core kernel, staged
 ab smol1 SmolLM2-135M 1 500 fused gather_off float32_logits
 ab llama1 Llama-3.2-1B 1 500 fused gather_off float32_logits argmax_plain
 ab smol8 SmolLM2-135M 8 300 fused gather_off wpc_o wpc_qkv_o  # the eighteenth pass's call 7: wpc won at 8
