@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # 2026-12-04 (nineteenth pass), call 1: the GEMVs' activations staged a chunk at a time against
-# loads where they are used (gather_off), and the eighteenth pass's changes, which have not run on
-# a GPU either: the LM head's logits in the model's dtype against float32 logits (float32_logits),
-# the tensor-core GEMV with a warp per chunk for the O projection (wpc_o) or for the QKV and O
-# projections (wpc_qkv_o), the argmax after the head launched without PDL (argmax_plain). Step in
-# turns and the engine loop; the GPU tests the changes touch (ops, including the gathered loads'
-# bits against the old loads', argmax over 16-bit rows, decode model, greedy FULL = NONE with
-# FULL's engine core in its own process, sampling, engine, piecewise); serving. The first four
-# loop runs also profile 20 steps after their last round: span, busy and idle time a step, gaps.
+# loads where they are used (gather_off), the down projection fused at 16 tokens (down16), and the
+# eighteenth pass's changes, which have not run on a GPU either: the LM head's logits in the
+# model's dtype against float32 logits (float32_logits), the tensor-core GEMV with a warp per
+# chunk for the O projection (wpc_o) or for the QKV and O projections (wpc_qkv_o), the argmax
+# after the head launched without PDL (argmax_plain). Step in turns and the engine loop; the GPU
+# tests the changes touch (ops, including the gathered loads' bits against the old loads', the
+# norm and rope kernels, argmax over 16-bit rows, decode model, greedy FULL = NONE with FULL's
+# engine core in its own process, sampling, engine, piecewise); serving. The first four loop runs
+# also profile 20 steps after their last round: span, busy and idle time a step, gaps.
 # Per-layer kernel tables: the seventeenth pass's layer.py.
 d=$(dirname $0); o=$OUT/r; mkdir -p $o
 layer=$d/../../2026-12-04-h200-head-greedy/call1/layer.py
@@ -20,7 +21,7 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD
 pack() { (cd $OUT && tar czf results.tgz r); }
 t0=$SECONDS; python3 -m vgraph.ext_build > $o/build.log 2>&1; echo "build rc=$? in $((SECONDS-t0)) s"; tail -1 $o/build.log
 t0=$SECONDS; timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_decode_ops.py tests/kernels/test_decode_model.py \
-  tests/kernels/test_argmax_rows.py tests/kernels/test_logits_processors_kernel.py > $o/tests_ops.log 2>&1
+  tests/kernels/test_argmax_rows.py tests/kernels/test_logits_processors_kernel.py tests/kernels/test_layer_ops.py > $o/tests_ops.log 2>&1
 echo "op tests rc=$? in $((SECONDS-t0)) s"; tail -1 $o/tests_ops.log; grep -E "^FAILED|^ERROR" $o/tests_ops.log | head -8; pack
 ab() {  # name model batch iters variants...
   local name=$1 model=$2 b=$3 n=$4; shift 4
