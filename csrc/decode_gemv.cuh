@@ -764,7 +764,10 @@ bool launch_mt(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream) {
   void (*kernel)(const GemvArgs<T>) = gemv_kernel<T, MT, E>;
   size_t smem = 0;
   if constexpr (MT == 1) {
-    if (a.gather_x) kernel = gemv_kernel<T, 1, E, true>, smem = sizeof(uint4) * kPreload * block;
+    if (a.gather_x) {
+      kernel = gemv_kernel<T, 1, E, true>;
+      smem = sizeof(uint4) * kPreload * block;
+    }
   }
   const cudaLaunchConfig_t cfg =
       pdl::launch_config(dim3(groups), dim3(block), smem, stream, attr, a.pdl);
