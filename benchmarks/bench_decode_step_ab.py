@@ -70,7 +70,8 @@ VGRAPH_MMA_WARP_PER_CHUNK_RESIDUAL / _QKV=1: SmolLM2-135M's O and QKV at K = 576
 `argmax_plain` (the argmax kernel after the LM head launched without PDL, as before 2026-12-04's
 eighteenth pass, VGRAPH_ARGMAX_PDL=0), `gather_off` (the GEMVs' activations loaded each where it
 is used, as before the nineteenth pass, not copied to shared memory a chunk at a time,
-VGRAPH_GEMV_GATHER=0).
+VGRAPH_GEMV_GATHER=0). `env:NAME=VALUE,...` is a variant of its own: those VGRAPH_ switches
+(e.g. `env:VGRAPH_GEMV_GATHER_RESIDUAL=0`).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 
@@ -261,6 +262,31 @@ VARIANT_ENV = {
 }
 
 
+def variant_env(variant: str) -> dict[str, str]:
+    """The switches a variant sets: its entry in VARIANT_ENV, or those it names (`env:A=1,B=2`)."""
+    if not variant.startswith("env:"):
+        return VARIANT_ENV.get(variant, {})
+    env = {}
+    for item in variant.removeprefix("env:").split(","):
+        name, eq, value = item.partition("=")
+        if not (name.startswith("VGRAPH_") and eq and value):
+            raise ValueError(f"variant {variant!r}: each item must be VGRAPH_<NAME>=<value>")
+        env[name] = value
+    return env
+
+
+def variant_name(text: str) -> str:
+    """--variants' type: a name of VARIANTS or an `env:` variant."""
+    if text not in VARIANTS:
+        try:
+            if not text.startswith("env:"):
+                raise ValueError(f"choose from {', '.join(VARIANTS)} or env:VGRAPH_<NAME>=<value>")
+            variant_env(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"invalid variant {text!r}: {e}") from None
+    return text
+
+
 @contextlib.contextmanager
 def variant_switches(variant: str) -> Iterator[None]:
     """The class-level switches of a variant, set while its engine loads and captures: the model
@@ -270,7 +296,7 @@ def variant_switches(variant: str) -> Iterator[None]:
     copy_in_graph, norm_in_head = ModelRunner.full_graphs_copy_inputs, LlamaModel.final_norm_in_head
     head = LlamaForCausalLM
     greedy_in_head, float32_logits = head.greedy_in_head, head.float32_logits
-    env = VARIANT_ENV.get(variant, {})
+    env = variant_env(variant)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     if variant == "torch":
@@ -340,7 +366,7 @@ def cli() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["SmolLM2-135M", "Llama-3.2-1B"])
     parser.add_argument("--out-dir", default="benchmarks/results/decode_step_ab")
-    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", type=variant_name, default=list(VARIANTS))
     parser.add_argument("bench_args", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     bench_args = [a for a in args.bench_args if a != "--"]

@@ -225,8 +225,9 @@ bool launch_fused(const GemvArgs<T>& call, int num_pairs, cudaStream_t stream) {
   // projection 8; now 1 and 2), on the tensor-core kernel 1 a chunk up to 8 tokens (now 1 for
   // every 2 chunks) and 5 for every 2 chunks at 9-16 (Llama-3.2-1B's O at 16: 10; now 4). Not yet
   // measured on a GPU (2026-12-04-h200-gather). VGRAPH_GEMV_GATHER=0 loads each vector where it is
-  // used (comparisons; read at each launch).
-  a.gather_x = env_int("VGRAPH_GEMV_GATHER", 1, 0, 1) == 1;
+  // used, VGRAPH_GEMV_GATHER_<OP>=0 / 1 for one op only (comparisons; read at each launch).
+  const int gather = env_int("VGRAPH_GEMV_GATHER", 1, 0, 1);
+  a.gather_x = env_int(op_switch("VGRAPH_GEMV_GATHER_", E).c_str(), gather, 0, 1) == 1;
   const Kernel kernel = pick_kernel(E, a.num_tokens, a.N, a.K, a.head_size);
   if (kernel == Kernel::kWide && launch_gemv_wide<T, E>(a, stream)) return false;
   if (kernel != Kernel::kCudaCore) {

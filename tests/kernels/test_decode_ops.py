@@ -428,8 +428,8 @@ def test_gathered_activations_are_bit_equal(
     loads each vector where it is used. Every op writes the same bits either way: one chunk of K
     and several (Llama-3.2-1B's down projection; "deep", whose norm ops at one token take the
     norm weight's later chunks through shared memory too), split launches and whole column tiles,
-    the sizes without gathering (29 tokens; the CUDA-core kernel above one token). A bad value
-    is refused."""
+    the sizes without gathering (29 tokens; the CUDA-core kernel above one token). The same with
+    VGRAPH_GEMV_GATHER_<OP> turning one op's back on. A bad value is refused."""
     monkeypatch.setitem(SHAPES, "deep", (5120, 8, 2, 64, 1024))
     monkeypatch.setenv("VGRAPH_GEMV", kernel)
     c = Case(shape, num_tokens, torch.bfloat16, device)
@@ -441,12 +441,18 @@ def test_gathered_activations_are_bit_equal(
         monkeypatch.setenv("VGRAPH_GEMV_GATHER", "0")
         for i, run in enumerate(runs):
             torch.testing.assert_close(run(32), gathered[i], rtol=0, atol=0, msg=f"{split} {i}")
+        monkeypatch.setenv("VGRAPH_GEMV_GATHER_RESIDUAL", "1")
+        for i in OP_RUNS["RESIDUAL"]:
+            torch.testing.assert_close(runs[i](32), gathered[i], rtol=0, atol=0, msg=f"{split} {i}")
+        monkeypatch.delenv("VGRAPH_GEMV_GATHER_RESIDUAL")
         monkeypatch.delenv("VGRAPH_GEMV_GATHER")
         for i, ref in refs.items():
             assert rel_err(gathered[i], ref) < REL_TOL[torch.bfloat16], (split, i)
-    monkeypatch.setenv("VGRAPH_GEMV_GATHER", "2")
-    with pytest.raises(RuntimeError, match="VGRAPH_GEMV_GATHER must be an integer in"):
-        runs[3](32)
+    for name, run in (("VGRAPH_GEMV_GATHER", runs[3]), ("VGRAPH_GEMV_GATHER_QKV", runs[0])):
+        monkeypatch.setenv(name, "2")
+        with pytest.raises(RuntimeError, match=f"{name} must be an integer in"):
+            run(32)
+        monkeypatch.delenv(name)
 
 
 @pytest.mark.parametrize("device", [CUDA])
