@@ -467,8 +467,10 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
       }
     }
   };
-  if constexpr (kNorm || gather) cp_async_wait<0>();  // this thread's s_nw and s_x slots
-  if constexpr (gather) compiler_fence();
+  if constexpr (kNorm || gather) {
+    cp_async_wait<0>();  // this thread's s_nw and s_x slots
+    compiler_fence();
+  }
   compute_chunk(0);
   for (int base = kPreload * nt; base < num_vecs; base += kPreload * nt) {
     load_chunk(base);
@@ -606,6 +608,7 @@ __global__ void __launch_bounds__(kThreads) gemv_loop_kernel(const GemvArgs<T> a
       inv_rms = rsqrtf(s / static_cast<float>(a.K) + a.eps);
     }
     cp_async_wait<0>();  // this thread's s_nw slots
+    compiler_fence();
 #pragma unroll
     for (int v = 0; v < kPreload; ++v) {
       if (v * nt + tid < num_vecs) {

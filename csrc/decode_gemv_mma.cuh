@@ -379,6 +379,17 @@ auto mma_kernel(const GemvArgs<T>& a) -> void (*)(const GemvArgs<T>) {
   return gemv_mma_kernel<T, NT, E>;
 }
 
+// Lets `kernel` take `smem` bytes of dynamic shared memory near or past the 48 KiB default (static
+// shared memory counts too), before it is launched or its occupancy queried (which answers 0 CTAs,
+// not an error, past the limit).
+template <typename Kernel>
+void opt_in_smem(Kernel kernel, size_t smem) {
+  if (smem > 40 * 1024) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(smem)));
+  }
+}
+
 template <typename T, Epilogue E>
 bool mma_split(const GemvArgs<T>& a, int tiles, int warps, size_t smem) {
   const int force = env_int("VGRAPH_MMA_SPLIT", -1, 0, 1);  // -1: the rule
@@ -387,8 +398,9 @@ bool mma_split(const GemvArgs<T>& a, int tiles, int warps, size_t smem) {
     return false;
   }
   int fit = 0;  // CTAs of one column tile an SM holds
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &fit, mma_kernel<T, 1, E>(a), warps * 32, smem));
+  const auto kernel = mma_kernel<T, 1, E>(a);
+  opt_in_smem(kernel, smem);
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, warps * 32, smem));
   return static_cast<int64_t>(tiles) * ((a.num_tokens + 7) / 8) <=
          static_cast<int64_t>(fit) * num_sms();
 }
@@ -399,10 +411,7 @@ void launch_mma_nt(const GemvArgs<T>& a, int slices, cudaStream_t stream) {
   const int tiles = mma_tiles<T, E>(a), warps = mma_warps(tiles, a.K / kMmaK, a.warp_per_chunk);
   const size_t smem = mma_smem<T, E>(a, NT, warps);
   const auto kernel = mma_kernel<T, NT, E>(a);
-  if (smem > 40 * 1024) {  // near the 48 KiB default (static smem counts too): opt in
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(smem)));
-  }
+  opt_in_smem(kernel, smem);
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg =
       pdl::launch_config(dim3(tiles, slices), dim3(warps * 32), smem, stream, attr, a.pdl);

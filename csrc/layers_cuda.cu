@@ -221,10 +221,12 @@ __global__ void rotary_embedding_kernel(
     int64_t q_stride, int64_t k_stride, int rot_dim, int head_size, int num_heads,
     int num_kv_heads, int max_position) {
   // The token's position and the cos / sin of this thread's first item are read before the PDL
-  // wait: the positions are the step's inputs (copied before its first kernel, or computed by a
-  // torch kernel), and no kernel writes the cache. After the wait one round trip loads q / k,
-  // where the position and then cos / sin took two before it (every item is a thread's first up
-  // to 512 items a token: every shipped config).
+  // wait: the positions are the step's inputs, which a copy writes before the step's first kernel
+  // (a copy is a full dependency of what follows it) and no kernel of the step writes, and no
+  // kernel writes the cache. (Positions written by the kernel just before would need the wait:
+  // only after it are that kernel's writes guaranteed visible.) After the wait one round trip
+  // loads q / k, where the position and then cos / sin took two before it (every item is a
+  // thread's first up to 512 items a token: every shipped config).
   using vec_t = Vec<scalar_t, VEC>;
   const int64_t t = blockIdx.x;
   const int64_t pos = static_cast<int64_t>(positions[t]);
