@@ -36,11 +36,14 @@ def prompt_logprob_spans(sched: SchedulerOutput) -> list[PromptSpan]:
     spans, offset = [], 0
     for i, (req, n) in enumerate(zip(sched.requests, sched.num_scheduled_tokens)):
         top_n = req.sampling_params.prompt_logprobs
+        if top_n is None:  # most requests: nothing to score
+            offset += n
+            continue
         c = req.num_computed_tokens
         # position p scores prompt token p + 1; the first one not yet reported
         start = max(c, req.num_prompt_logprobs)
         end = min(c + n, req.num_prompt_tokens - 1)
-        if top_n is not None and end > start:
+        if end > start:
             spans.append(PromptSpan(i, offset + start - c, start + 1, end - start, top_n))
         offset += n
     return spans
