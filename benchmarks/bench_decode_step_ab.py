@@ -374,7 +374,9 @@ def cli() -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = []
     for model in args.models:
-        for r in run_model(model, args.variants, bench_args, out_dir / f"latency_{model}.json"):
+        for r in run_model(
+            model, args.variants, bench_args, out_dir / f"latency_{Path(model).name}.json"
+        ):
             summary.append(
                 {"model": model, "path": r["variant"], "mode": r["mode"], **r["decode_ms"]}
             )
