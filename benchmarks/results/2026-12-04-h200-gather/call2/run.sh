@@ -3,7 +3,11 @@
 # same session's remaining device time. Which ops the staged activations help: every op's switch
 # turned off alone (VGRAPH_GEMV_GATHER_<OP>=0, `env:` variants), against the tree and all off, at
 # the four target shapes, step in turns with per-layer kernel tables; then the engine loop, tree
-# against all off, three times each with 8 rounds. No tests: call 1 ran them on the same tree.
+# against all off, three times each with 8 rounds. Last, a probe (probe.patch, Python only): with
+# VGRAPH_PROBE_NO_FEED=1 the async engine's FULL graphs record their input copy and its FULL steps
+# skip the token feed, so no copy or feed kernel runs outside the graph: the tokens are wrong
+# ("tokens equal" False), the time is the bound on moving both into the graph; twice each, the
+# first profiling 20 steps. No tests: call 1 ran them on the same tree.
 d=$(dirname $0); o=$OUT/r; mkdir -p $o
 layer=$d/../../2026-12-04-h200-head-greedy/call1/layer.py
 exec > >(tee $o/summary.txt) 2>&1
@@ -33,6 +37,15 @@ for i in 1 2 3; do
     t0=$SECONDS; VGRAPH_GEMV_GATHER=$gather VGRAPH_ENABLE_MULTIPROCESSING=0 timeout 60 python3 benchmarks/bench_async_scheduling.py \
       --models SmolLM2-135M Llama-3.2-1B --batch-sizes 1 16 --capture-sizes 1 2 4 8 16 --rounds 8 --out $o/async_$v$i.json > $o/async_$v$i.log 2>&1
     echo "async $v rc=$? in $((SECONDS-t0)) s"; grep -A5 "^model" $o/async_$v$i.log; pack
+  done
+done
+{ git apply $d/probe.patch 2>/dev/null || patch -p1 < $d/probe.patch; } || echo "probe.patch did not apply"
+for i in 1 2; do
+  for p in 0 1; do
+    flag=""; [ $i = 1 ] && flag="--profile-steps 20"
+    t0=$SECONDS; VGRAPH_PROBE_NO_FEED=$p VGRAPH_ENABLE_MULTIPROCESSING=0 timeout 60 python3 benchmarks/bench_async_scheduling.py \
+      --models SmolLM2-135M Llama-3.2-1B --batch-sizes 1 16 --capture-sizes 1 2 4 8 16 --rounds 5 $flag --out $o/probe${p}_$i.json > $o/probe${p}_$i.log 2>&1
+    echo "probe no_feed=$p rc=$? in $((SECONDS-t0)) s"; grep -A5 "^model" $o/probe${p}_$i.log; grep "^profiled" $o/probe${p}_$i.log | cut -c1-220; pack
   done
 done
 cd $OUT && tar czf results.tgz r && rm -rf r
