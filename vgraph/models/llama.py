@@ -11,12 +11,10 @@ into in place (the values of fused_add_rms_norm, one launch fewer per add):
   linear_add_residual (down); after the last layer the model returns the residual stream and the
   final RMSNorm is the prologue of the LM head, rms_norm_linear_out writing the logits in the
   model's dtype (the sampler widens them to float32 where it needs them) and each row's greedy
-  token. Each
-  op runs GEMV kernels for small token counts and cuBLAS above (decided inside the op, so one
-  traced graph serves every size). The KV-cache write stays with
-  the attention layer (the cache is no tensor of the traced model); the csrc backend does it in
-  its attention launch. Elsewhere (the CPU) the torch code below, the oracle compared with
-  transformers.
+  token. Each op runs GEMV kernels for small token counts and cuBLAS above (decided inside the
+  op, so one traced graph serves every size). The KV-cache write stays with the attention layer
+  (the cache is no tensor of the traced model); the csrc backend does it in its attention launch.
+  Elsewhere (the CPU) the torch code below, the oracle compared with transformers.
 """
 
 from __future__ import annotations
