@@ -321,11 +321,8 @@ __device__ __forceinline__ void stage_norm_weight(const T* norm_weight, uint4* s
 }
 
 // ---- the kernel --------------------------------------------------------------------------------
-// G: gather_x's code (one token only), compiled apart so that neither version holds the other's
-// registers.
-template <typename T, int MT, Epilogue E, bool G = false>
+template <typename T, int MT, Epilogue E>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
-  static_assert(!G || MT == 1, "gather_x is for one token");
   constexpr int VEC = 8;  // 16 bytes of a 16-bit dtype
   constexpr bool kNorm = has_norm(E);
   // A CTA takes a.pairs_per_cta row pairs, each on nt threads (whole warps) of its own: below,
@@ -359,33 +356,10 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
   __shared__ __align__(16) uint4 s_nw_cta[kNorm ? kPreload * kThreads : 1];
   uint4* s_nw = s_nw_cta + (kNorm ? sub * kPreload * nt : 0);
   if constexpr (kNorm) stage_norm_weight(a.norm_weight, s_nw, tid, nt, num_vecs);
-  // With gather_x (GemvArgs; G) at one token, cp.async copies a chunk's activations (and, past
-  // the first chunk, its norm weight's vectors) to this thread's shared-memory slots ahead of its
-  // products, all in flight at once and no registers held (zero-filled past K, from an address
-  // clamped to the row); else each vector is loaded where it is used. Above one token the slots
-  // would take the registers or shared memory that keep the grid in one wave.
-  constexpr bool gather = G;
-  extern __shared__ __align__(16) uint4 s_x[];  // with gather: [kPreload][MT][blockDim.x]
-  auto stage_chunk = [&](int base) {
-#pragma unroll
-    for (int v = 0; v < kPreload; ++v) {
-      const int k = base + v * nt + tid, kc = min(k, num_vecs - 1);
-#pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        cp_async16(&s_x[(v * MT + m) * blockDim.x + threadIdx.x],
-                   a.x + min(m, m_count - 1) * a.x_stride + kc * VEC, k < num_vecs && m < m_count);
-      }
-      if constexpr (kNorm) {
-        if (base > 0 && k < num_vecs) cp_async16(&s_nw[v * nt + tid], a.norm_weight + k * VEC);
-      }
-    }
-    cp_async_commit();
-  };
   EpiIn in;  // thread m < m_count writes token m's outputs (step 6)
   if (tid < m_count) epi_before_wait<T, E>(a, tid, row[0], row[1], in);
   pdl::launch_dependents();
   pdl::wait();  // everything below may read what the previous kernel wrote
-  if constexpr (gather) stage_chunk(0);
   if (tid < m_count) epi_after_wait<T, E>(a, tid, row[0], row[1], true, valid1, in);
 
   // 3. RMSNorm prologue: 1 / rms of each token's row, reduced over the pair's threads (a one-warp
@@ -440,15 +414,14 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
       for (int r = 0; r < kRows; ++r) unpack8<T>(w[r][v], wf[r]);
       uint4 nw = {};
       if constexpr (kNorm) {
-        nw = base == 0 || gather ? s_nw[v * nt + tid]
-                                 : *reinterpret_cast<const uint4*>(a.norm_weight + k * VEC);
+        nw = base == 0 ? s_nw[v * nt + tid]
+                       : *reinterpret_cast<const uint4*>(a.norm_weight + k * VEC);
       }
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
         if (m < m_count) {
           float xf[VEC];
-          uint4 xv = gather ? s_x[(v * MT + m) * blockDim.x + threadIdx.x]
-                            : *reinterpret_cast<const uint4*>(a.x + m * a.x_stride + k * VEC);
+          uint4 xv = *reinterpret_cast<const uint4*>(a.x + m * a.x_stride + k * VEC);
           if constexpr (kNorm) {
             if (scaled) {
               sq[m] = add_squares8<T>(xv, sq[m]);
@@ -467,19 +440,13 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs<T> a) {
       }
     }
   };
-  if constexpr (kNorm || gather) {
-    cp_async_wait<0>();  // this thread's s_nw and s_x slots
+  if constexpr (kNorm) {
+    cp_async_wait<0>();  // this thread's s_nw slots
     compiler_fence();
   }
   compute_chunk(0);
   for (int base = kPreload * nt; base < num_vecs; base += kPreload * nt) {
     load_chunk(base);
-    if constexpr (gather) {
-      compiler_fence();  // the previous chunk's reads of the slots, then their refill
-      stage_chunk(base);
-      cp_async_wait<0>();
-      compiler_fence();
-    }
     compute_chunk(base);
   }
 
@@ -763,18 +730,9 @@ bool launch_mt(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream) {
     C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_loop_kernel<T, E>, args));
     return args.greedy != nullptr;
   }
-  // gather_x at one token: its version of the kernel and the activations' shared-memory slots
-  void (*kernel)(const GemvArgs<T>) = gemv_kernel<T, MT, E>;
-  size_t smem = 0;
-  if constexpr (MT == 1) {
-    if (a.gather_x) {
-      kernel = gemv_kernel<T, 1, E, true>;
-      smem = sizeof(uint4) * kPreload * block;
-    }
-  }
   const cudaLaunchConfig_t cfg =
-      pdl::launch_config(dim3(groups), dim3(block), smem, stream, attr, a.pdl);
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args));
+      pdl::launch_config(dim3(groups), dim3(block), 0, stream, attr, a.pdl);
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<T, MT, E>, args));
   return false;  // no greedy epilogue: a CTA per pair group
 }
 

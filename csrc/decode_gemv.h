@@ -65,11 +65,11 @@ struct GemvArgs {
   // Tensor-core kernel: a warp per chunk of K where K has 5-16 chunks and the grid stays within
   // 16 warps an SM (mma_warps), in place of the rule's power of two.
   bool warp_per_chunk = false;
-  // CUDA-core kernel at one token, tensor-core kernel up to 16: a chunk's activations (up to 8
-  // tokens, those of 2 chunks) are copied to shared memory by cp.async and waited for once, ahead
-  // of the chunk's products: a round trip to L2 for them, where loads of each vector where it is
-  // used took one for each (a branch on the K or token bound stands between one vector's products
-  // and the next load). Bit-equal either way.
+  // Tensor-core kernel up to 16 tokens: a chunk's activations (up to 8 tokens, those of 2 chunks)
+  // are copied to shared memory by cp.async and waited for once, ahead of the chunk's products: a
+  // round trip to L2 for them, where loads of each vector where it is used took one for each (a
+  // branch on the token bound stands between one vector's products and the next load). Bit-equal
+  // either way. The CUDA-core kernel loads each vector where it is used.
   bool gather_x = true;
   // kStore / kNormStore at one token on the looping CUDA-core kernel: the token's greedy row (the
   // index of its largest stored value, torch.argmax's choice) into greedy [1], or nullptr for none.

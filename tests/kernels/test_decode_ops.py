@@ -417,25 +417,23 @@ def test_mma_warp_per_chunk_per_op(
 
 
 @pytest.mark.parametrize("device", [CUDA])
-@pytest.mark.parametrize("kernel", ["cuda_core", "mma"])
 @pytest.mark.parametrize("num_tokens", [1, 2, 5, 9, 16, 29])
 @pytest.mark.parametrize("shape", ["SmolLM2-135M", "Llama-3.2-1B", "odd", "deep"])
 def test_gathered_activations_are_bit_equal(
-    shape: str, num_tokens: int, kernel: str, device: str, monkeypatch: pytest.MonkeyPatch
+    shape: str, num_tokens: int, device: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The CUDA-core kernel at one token and the tensor-core kernel up to 16 tokens copy a chunk's
-    activations to shared memory ahead of its products (GemvArgs::gather_x); VGRAPH_GEMV_GATHER=0
-    loads each vector where it is used. Every op writes the same bits either way: one chunk of K
-    and several (Llama-3.2-1B's down projection; "deep", whose norm ops at one token take the
-    norm weight's later chunks through shared memory too), split launches and whole column tiles,
-    the sizes without gathering (29 tokens; the CUDA-core kernel above one token). The same with
-    VGRAPH_GEMV_GATHER_<OP> turning one op's back on. A bad value is refused."""
+    """The tensor-core kernel up to 16 tokens copies a chunk's activations to shared memory ahead
+    of its products (GemvArgs::gather_x); VGRAPH_GEMV_GATHER=0 loads each vector where it is used.
+    Every op writes the same bits either way: one chunk of K and several (Llama-3.2-1B's down
+    projection, "deep"), split launches and whole column tiles, the size without gathering (29
+    tokens). The same with VGRAPH_GEMV_GATHER_<OP> turning one op's back on. A bad value is
+    refused."""
     monkeypatch.setitem(SHAPES, "deep", (5120, 8, 2, 64, 1024))
-    monkeypatch.setenv("VGRAPH_GEMV", kernel)
+    monkeypatch.setenv("VGRAPH_GEMV", "mma")
     c = Case(shape, num_tokens, torch.bfloat16, device)
     runs = path_runs(c)
     refs = norm_refs(c)
-    for split in ("", "0") if kernel == "mma" else ("",):
+    for split in ("", "0"):
         monkeypatch.setenv("VGRAPH_MMA_SPLIT", split)
         gathered = [run(32) for run in runs]
         monkeypatch.setenv("VGRAPH_GEMV_GATHER", "0")
