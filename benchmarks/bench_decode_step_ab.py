@@ -65,8 +65,9 @@ CTA), `greedy_apart` (the sampler's argmax launched after the graph, as before 2
 greedy tokens from the LM head op: LlamaForCausalLM.greedy_in_head off), `float32_logits` (the
 LM head writing float32 logits, as before 2026-12-04's logits in the model's dtype:
 LlamaForCausalLM.float32_logits on), `wpc_o` / `wpc_qkv_o` (the tensor-core GEMV with a warp per
-chunk of K where it fits, for the O and down projections / and the QKV projection,
-VGRAPH_MMA_WARP_PER_CHUNK_RESIDUAL / _QKV=1: SmolLM2-135M's O and QKV at K = 576),
+chunk of K where it fits, for the O and down projections / and the QKV projection, at every token
+count, VGRAPH_MMA_WARP_PER_CHUNK_RESIDUAL / _QKV=1: SmolLM2-135M's O and QKV at K = 576; the
+tree's rule gives the QKV and O projections one up to 8 tokens),
 `argmax_plain` (the argmax kernel after the LM head launched without PDL, as before 2026-12-04's
 eighteenth pass, VGRAPH_ARGMAX_PDL=0), `gather_off` (the GEMVs' activations loaded each where it
 is used, as before the nineteenth pass, not copied to shared memory a chunk at a time,

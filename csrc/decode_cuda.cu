@@ -218,22 +218,30 @@ bool launch_fused(const GemvArgs<T>& call, int num_pairs, cudaStream_t stream) {
   // 1058 against 1065 at 16 (2026-12-04-h200-evict-first, calls 2 and 3); SmolLM2-135M's batch 16
   // within the spread. VGRAPH_GEMV_L2_EVICT_FIRST=0 leaves the loads unhinted (comparisons).
   a.l2_evict_first = env_int("VGRAPH_GEMV_L2_EVICT_FIRST", 1, 0, 1) == 1;
-  // The CUDA-core kernel at one token and the tensor-core kernel up to 16 copy a chunk's
-  // activations to shared memory together and wait for them once (GemvArgs::gather_x). Loaded
-  // where they are used, compiled for sm_90, each vector of a chunk was a round trip to L2 of its
-  // own: on the CUDA-core kernel 4 a chunk (Llama-3.2-1B's QKV and O at one token: 4, its down
-  // projection 8; now 1 and 2), on the tensor-core kernel 1 a chunk up to 8 tokens (now 1 for
-  // every 2 chunks) and 5 for every 2 chunks at 9-16 (Llama-3.2-1B's O at 16: 10; now 4). Not yet
-  // measured on a GPU (2026-12-04-h200-gather). VGRAPH_GEMV_GATHER=0 loads each vector where it is
-  // used, VGRAPH_GEMV_GATHER_<OP>=0 / 1 for one op only (comparisons; read at each launch).
+  // The tensor-core kernel up to 16 tokens copies a chunk's activations to shared memory
+  // together and waits for them once (GemvArgs::gather_x): loaded where they are used, each
+  // vector of a chunk was a round trip to L2 of its own (1 a chunk up to 8 tokens, now 1 for every
+  // 2 chunks; 5 for every 2 chunks at 9-16, Llama-3.2-1B's O at 16: 10, now 4). On an H200 the
+  // engine loop's step took 0.531 against 0.560-0.562 ms at SmolLM2-135M's batch 16, 1.072-1.078
+  // against 1.079-1.087 at Llama-3.2-1B's (2026-12-04-h200-gather, calls 1 and 2). (The
+  // CUDA-core kernel's version at one token took Llama-3.2-1B's LM head 416 against 133 us:
+  // removed.) VGRAPH_GEMV_GATHER=0 loads each vector where it is used, VGRAPH_GEMV_GATHER_<OP>=0
+  // / 1 for one op only (comparisons; read at each launch).
   const int gather = env_int("VGRAPH_GEMV_GATHER", 1, 0, 1);
   a.gather_x = env_int(op_switch("VGRAPH_GEMV_GATHER_", E).c_str(), gather, 0, 1) == 1;
   const Kernel kernel = pick_kernel(E, a.num_tokens, a.N, a.K, a.head_size);
   if (kernel == Kernel::kWide && launch_gemv_wide<T, E>(a, stream)) return false;
   if (kernel != Kernel::kCudaCore) {
-    // VGRAPH_MMA_WARP_PER_CHUNK_<OP>=1: the tensor-core kernel gives each chunk of K a warp where
-    // it fits (mma_warps; comparisons, read at each launch).
-    a.warp_per_chunk = env_int(op_switch("VGRAPH_MMA_WARP_PER_CHUNK_", E).c_str(), 0, 0, 1) == 1;
+    // The QKV and residual-add (O, down) projections up to 8 tokens give each chunk of K a warp
+    // where it fits (mma_warps: K of 5-16 chunks, SmolLM2-135M's QKV and O). On an H200
+    // SmolLM2-135M's decode step took 0.489 against 0.537 ms at batch 4 and 0.523-0.544 against
+    // 0.562-0.564 at 8; Llama-3.2-1B's (K = 2,048: the rule's warps) within 0.003; at 16 tokens
+    // it lost 0.056 ms (attention after the QKV slower; 2026-12-04-h200-gather, calls 1 and 2).
+    // VGRAPH_MMA_WARP_PER_CHUNK_<OP>=0 / 1 forbids / allows it for one op at every token count
+    // (comparisons, read at each launch).
+    const bool wpc = (E == Epilogue::kQkvRope || E == Epilogue::kAddResidual) && a.num_tokens <= 8;
+    a.warp_per_chunk =
+        env_int(op_switch("VGRAPH_MMA_WARP_PER_CHUNK_", E).c_str(), wpc ? 1 : 0, 0, 1) == 1;
     launch_gemv_mma<T, E>(a, stream);
     return false;
   }

@@ -391,7 +391,9 @@ def test_mma_warp_per_chunk_per_op(
     projection's 24 chunks keep the rule). Each op stays within the unfused path's tolerance and
     the float32 reference's, the other ops write the same bits as without the switch, and a bad
     value is refused. (A warp per chunk sums the same fp32 partials in another order, which
-    rarely changes a bfloat16 result: the bits are no sign that the switch took.)"""
+    rarely changes a bfloat16 result: the bits are no sign that the switch took.) Without the
+    switch the QKV and O projections take a warp per chunk up to 8 tokens: the same bits as with
+    it =1 there, as with it =0 above."""
     monkeypatch.setenv("VGRAPH_GEMV", "mma")
     dtype = torch.bfloat16
     c = Case("SmolLM2-135M", num_tokens, dtype, device)
@@ -399,6 +401,12 @@ def test_mma_warp_per_chunk_per_op(
     rule = [run(32) for run in runs]
     slow = [run(0) for run in runs]
     refs = norm_refs(c)
+    for op in ("QKV", "RESIDUAL"):
+        name = f"VGRAPH_MMA_WARP_PER_CHUNK_{op}"
+        monkeypatch.setenv(name, "1" if num_tokens <= 8 else "0")
+        for i in OP_RUNS[op]:
+            torch.testing.assert_close(runs[i](32), rule[i], rtol=0, atol=0, msg=f"{op} {i}")
+        monkeypatch.delenv(name)
     for op, mine in OP_RUNS.items():
         name = f"VGRAPH_MMA_WARP_PER_CHUNK_{op}"
         monkeypatch.setenv(name, "1")
