@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# 2026-12-05 (twenty-first pass), call 1: the token feed recorded in FULL graphs (the input copy,
+# an external event, the gather from the feed slots) against VGRAPH_FEED_IN_GRAPH=0 (both on the
+# stream before the graph), the engine loop in turns, twice each with 8 rounds, the first of
+# each profiling 20 steps; the warp per chunk for the QKV and O projections up to 8 tokens (the
+# tree) against both off, step in turns at SmolLM2-135M's batch 4 and 8; the tests the changes
+# touch (op tests, async = sync on FULL graphs and with the default model in its own process,
+# greedy FULL = NONE with FULL's engine core in its own process, engine); serving at concurrency 1.
+d=$(dirname $0); o=$OUT/r; mkdir -p $o
+layer=$d/../../2026-12-04-h200-head-greedy/call1/layer.py
+exec > >(tee $o/summary.txt) 2>&1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+nvidia-smi --query-gpu=name,driver_version --format=csv > $o/env.txt
+python3 -c "import torch, sys; print(torch.__version__, torch.version.cuda, sys.version.split()[0])" >> $o/env.txt
+git log -1 --format=%H >> $o/env.txt 2>/dev/null
+export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD
+pack() { (cd $OUT && tar czf results.tgz r); }
+t0=$SECONDS; python3 -m vgraph.ext_build > $o/build.log 2>&1; echo "build rc=$? in $((SECONDS-t0)) s"; tail -1 $o/build.log
+t0=$SECONDS; timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_decode_ops.py tests/kernels/test_decode_model.py \
+  tests/kernels/test_argmax_rows.py > $o/tests_ops.log 2>&1
+echo "op tests rc=$? in $((SECONDS-t0)) s"; tail -1 $o/tests_ops.log; grep -E "^FAILED|^ERROR" $o/tests_ops.log | head -8; pack
+t0=$SECONDS; timeout 150 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_async_scheduling_gpu.py > $o/tests_async.log 2>&1
+echo "async tests rc=$? in $((SECONDS-t0)) s"; tail -1 $o/tests_async.log; grep -E "^FAILED|^ERROR" $o/tests_async.log | head -8; pack
+for i in 1 2; do
+  for f in 1 0; do
+    flag=""; [ $i = 1 ] && flag="--profile-steps 20"
+    t0=$SECONDS; VGRAPH_FEED_IN_GRAPH=$f VGRAPH_ENABLE_MULTIPROCESSING=0 timeout 60 python3 benchmarks/bench_async_scheduling.py \
+      --models SmolLM2-135M Llama-3.2-1B --batch-sizes 1 16 --capture-sizes 1 2 4 8 16 --rounds 8 $flag --out $o/async_feed${f}_$i.json > $o/async_feed${f}_$i.log 2>&1
+    echo "async feed_in_graph=$f rc=$? in $((SECONDS-t0)) s"; grep -A5 "^model" $o/async_feed${f}_$i.log; grep "^profiled.*async" $o/async_feed${f}_$i.log | cut -c1-240; pack
+  done
+done
+ab() {  # name model batch iters variants...
+  local name=$1 model=$2 b=$3 n=$4; shift 4
+  t0=$SECONDS; VGRAPH_ENABLE_MULTIPROCESSING=0 timeout 100 python3 benchmarks/bench_decode_step_ab.py --out-dir $o/$name --models $model \
+    --variants "$@" -- --modes FULL --num-iters $n --batch-sizes $b > $o/$name.log 2>&1
+  echo "$name rc=$? in $((SECONDS-t0)) s"; grep -A9 "^decode step, median" $o/$name.log | grep "B="; grep -E "decode_$b " $o/$name.log | cut -c1-150
+  python3 $layer $o/$name/latency_*.json; pack
+}
+wpc_off=env:VGRAPH_MMA_WARP_PER_CHUNK_QKV=0,VGRAPH_MMA_WARP_PER_CHUNK_RESIDUAL=0
+ab smol4 SmolLM2-135M 4 300 fused $wpc_off
+ab smol8 SmolLM2-135M 8 300 fused $wpc_off
+t0=$SECONDS; timeout 150 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_fused_decode_gpu.py > $o/tests_e2e.log 2>&1
+echo "e2e tests rc=$? in $((SECONDS-t0)) s"; tail -1 $o/tests_e2e.log; grep -E "^FAILED|^ERROR" $o/tests_e2e.log | head -8; pack
+t0=$SECONDS; SERVE_MODELS="SmolLM2-135M" SERVE_CONCURRENCY="1" STEPS="serve" timeout 100 bash benchmarks/run_gpu.sh $o/serve > /dev/null 2>&1
+echo "serve rc=$? in $((SECONDS-t0)) s"
+for f in $o/serve/serve_*.json; do python3 - "$f" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(f"{sys.argv[1].rsplit('/', 1)[1]:26s} c={d['max_concurrency']:<3} ok={d['completed']}/{d['num_prompts']} "
+      f"TTFT med {d['median_ttft_ms']:.2f} p99 {d['p99_ttft_ms']:.2f}  TPOT med {d['median_tpot_ms']:.3f} "
+      f"p99 {d['p99_tpot_ms']:.3f}  ITL med {d['median_itl_ms']:.3f} mean {d['mean_itl_ms']:.3f}")
+PY
+done; pack
+t0=$SECONDS; VGRAPH_ENABLE_MULTIPROCESSING=0 timeout 60 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_engine_gpu.py > $o/tests_engine.log 2>&1
+echo "engine tests rc=$? in $((SECONDS-t0)) s"; tail -1 $o/tests_engine.log; grep -E "^FAILED|^ERROR" $o/tests_engine.log | head -8
+cd $OUT && tar czf results.tgz r && rm -rf r
