@@ -342,13 +342,13 @@ class ModelRunner:
         )
         if feed is not None:
             feed.fill(sched.requests, step)
-            if copy:
-                feed.copy_and_gather(step)
         common = self.build_common_metadata(
             step,
             full_graph=full,
             num_common_prefix_blocks=num_common_prefix_blocks,
         )
+        if feed is not None and copy:  # its event follows the planner's copies too
+            feed.copy_and_gather(step)
         return step, common
 
     def build_common_metadata(

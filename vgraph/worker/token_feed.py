@@ -16,8 +16,10 @@ the runner is built) leaves them out of the graphs (comparisons).
 
 The host reuses its pinned staging (the input buffers' twin, the planner's) every step. Steps
 overlap, so before filling a step's inputs the host waits for the previous step's host-to-device
-copy to have run (`wait_for_copies`): an event recorded right after the copy, in the graph too
-(an external event: a node of the graph), so the wait never covers a forward.
+copies to have run (`wait_for_copies`): an event recorded right after the input copy, which
+follows the planner's copies on the stream (they are issued before the input copy or the graph
+that records it); in a graph it is an external event, a node of the graph, so the wait never
+covers a forward.
 """
 
 from __future__ import annotations
