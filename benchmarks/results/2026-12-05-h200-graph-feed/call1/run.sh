@@ -4,8 +4,9 @@
 # stream before the graph), the engine loop in turns, twice each with 8 rounds, the first of
 # each profiling 20 steps; the warp per chunk for the QKV and O projections up to 8 tokens (the
 # tree) against both off, step in turns at SmolLM2-135M's batch 4 and 8; the tests the changes
-# touch (op tests, async = sync on FULL graphs and with the default model in its own process,
-# greedy FULL = NONE with FULL's engine core in its own process, engine); serving at concurrency 1.
+# touch (async = sync on FULL graphs and with the default model in its own process, greedy FULL =
+# NONE with FULL's engine core in its own process, op tests); serving at concurrency 1. In that
+# order (the most needed first): about 320 s.
 d=$(dirname $0); o=$OUT/r; mkdir -p $o
 layer=$d/../../2026-12-04-h200-head-greedy/call1/layer.py
 exec > >(tee $o/summary.txt) 2>&1
@@ -16,9 +17,6 @@ git log -1 --format=%H >> $o/env.txt 2>/dev/null
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD
 pack() { (cd $OUT && tar czf results.tgz r); }
 t0=$SECONDS; python3 -m vgraph.ext_build > $o/build.log 2>&1; echo "build rc=$? in $((SECONDS-t0)) s"; tail -1 $o/build.log
-t0=$SECONDS; timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_decode_ops.py tests/kernels/test_decode_model.py \
-  tests/kernels/test_argmax_rows.py > $o/tests_ops.log 2>&1
-echo "op tests rc=$? in $((SECONDS-t0)) s"; tail -1 $o/tests_ops.log; grep -E "^FAILED|^ERROR" $o/tests_ops.log | head -8; pack
 t0=$SECONDS; timeout 150 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_async_scheduling_gpu.py > $o/tests_async.log 2>&1
 echo "async tests rc=$? in $((SECONDS-t0)) s"; tail -1 $o/tests_async.log; grep -E "^FAILED|^ERROR" $o/tests_async.log | head -8; pack
 for i in 1 2; do
@@ -29,6 +27,11 @@ for i in 1 2; do
     echo "async feed_in_graph=$f rc=$? in $((SECONDS-t0)) s"; grep -A5 "^model" $o/async_feed${f}_$i.log; grep "^profiled.*async" $o/async_feed${f}_$i.log | cut -c1-240; pack
   done
 done
+t0=$SECONDS; timeout 150 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_fused_decode_gpu.py > $o/tests_e2e.log 2>&1
+echo "e2e tests rc=$? in $((SECONDS-t0)) s"; tail -1 $o/tests_e2e.log; grep -E "^FAILED|^ERROR" $o/tests_e2e.log | head -8; pack
+t0=$SECONDS; timeout 100 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_decode_ops.py tests/kernels/test_decode_model.py \
+  tests/kernels/test_argmax_rows.py > $o/tests_ops.log 2>&1
+echo "op tests rc=$? in $((SECONDS-t0)) s"; tail -1 $o/tests_ops.log; grep -E "^FAILED|^ERROR" $o/tests_ops.log | head -8; pack
 ab() {  # name model batch iters variants...
   local name=$1 model=$2 b=$3 n=$4; shift 4
   t0=$SECONDS; VGRAPH_ENABLE_MULTIPROCESSING=0 timeout 100 python3 benchmarks/bench_decode_step_ab.py --out-dir $o/$name --models $model \
@@ -39,8 +42,6 @@ ab() {  # name model batch iters variants...
 wpc_off=env:VGRAPH_MMA_WARP_PER_CHUNK_QKV=0,VGRAPH_MMA_WARP_PER_CHUNK_RESIDUAL=0
 ab smol4 SmolLM2-135M 4 300 fused $wpc_off
 ab smol8 SmolLM2-135M 8 300 fused $wpc_off
-t0=$SECONDS; timeout 150 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_fused_decode_gpu.py > $o/tests_e2e.log 2>&1
-echo "e2e tests rc=$? in $((SECONDS-t0)) s"; tail -1 $o/tests_e2e.log; grep -E "^FAILED|^ERROR" $o/tests_e2e.log | head -8; pack
 t0=$SECONDS; SERVE_MODELS="SmolLM2-135M" SERVE_CONCURRENCY="1" STEPS="serve" timeout 100 bash benchmarks/run_gpu.sh $o/serve > /dev/null 2>&1
 echo "serve rc=$? in $((SECONDS-t0)) s"
 for f in $o/serve/serve_*.json; do python3 - "$f" <<'PY'
@@ -51,6 +52,4 @@ print(f"{sys.argv[1].rsplit('/', 1)[1]:26s} c={d['max_concurrency']:<3} ok={d['c
       f"p99 {d['p99_tpot_ms']:.3f}  ITL med {d['median_itl_ms']:.3f} mean {d['mean_itl_ms']:.3f}")
 PY
 done; pack
-t0=$SECONDS; VGRAPH_ENABLE_MULTIPROCESSING=0 timeout 60 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_engine_gpu.py > $o/tests_engine.log 2>&1
-echo "engine tests rc=$? in $((SECONDS-t0)) s"; tail -1 $o/tests_engine.log; grep -E "^FAILED|^ERROR" $o/tests_engine.log | head -8
 cd $OUT && tar czf results.tgz r && rm -rf r
