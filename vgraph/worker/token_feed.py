@@ -50,7 +50,10 @@ class DeviceTokenFeed:
         self.sampled = torch.zeros(0, dtype=torch.int64, device=device)  # the last step's [R]
         self.rows: dict[str, int] = {}  # request id -> its row of `sampled` (and slot)
         # recorded in graphs as a node of their own
-        self.copied = torch.cuda.Event(external=True) if device.type == "cuda" else None
+        self.copied = None
+        if device.type == "cuda":
+            self.copied = torch.cuda.Event(external=True)
+            self.copied.record()  # made now (lazily, the first record in a capture would make it)
         self.copied_recorded = False
 
     def wait_for_copies(self) -> None:
