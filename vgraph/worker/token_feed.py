@@ -53,7 +53,8 @@ class DeviceTokenFeed:
         self.copied = None
         if device.type == "cuda":
             self.copied = torch.cuda.Event(external=True)
-            self.copied.record()  # made now (lazily, the first record in a capture would make it)
+            # made now (lazily, the first record would be in a graph capture)
+            self.copied.record(torch.cuda.current_stream(device))
         self.copied_recorded = False
 
     def wait_for_copies(self) -> None:
