@@ -155,11 +155,7 @@ def test_a_pending_output_counts_as_if_it_were_on_the_host() -> None:
     last step's sampled ids) gets the same processed logits as when that output is on the host:
     penalties count it (its entry is filled on the device), min_tokens counts it (EOS is allowed
     from the right token on), and bias and allowed lists are unchanged."""
-    from vgraph.worker.input_batch import InputBuffers
     from vgraph.worker.token_feed import DeviceTokenFeed
-
-    def new_feed() -> DeviceTokenFeed:
-        return DeviceTokenFeed(InputBuffers(8, 8, 1, 16, CPU, feed_slots=8), CPU)
 
     torch.manual_seed(2)
     logits = torch.randn(6, VOCAB) * 3
@@ -184,7 +180,7 @@ def test_a_pending_output_counts_as_if_it_were_on_the_host() -> None:
         for t in out:
             async_view[-1].append_output_token(t)
         async_view[-1].num_pending_tokens = int(tok is not None)
-    feed = new_feed()
+    feed = DeviceTokenFeed(8, CPU)
     last_step = [Request(f"x{i}", [1], SamplingParams(), frozenset()) for i in range(2)]
     rows = last_step + async_view  # this step's requests sat at rows 2.. of the last one
     feed.remember(rows, torch.tensor([0, 0] + [t or 0 for t in pending]))
@@ -192,6 +188,6 @@ def test_a_pending_output_counts_as_if_it_were_on_the_host() -> None:
     got = processed(logits, async_view, feed=feed)
     assert torch.equal(got, want)
     assert torch.isfinite(got[2, eos]) and torch.isinf(got[3, eos])
-    other = new_feed()  # other ids in the last step's rows: other logits
+    other = DeviceTokenFeed(8, CPU)  # other ids in the last step's rows: other logits
     other.remember(rows, torch.zeros(8, dtype=torch.int64))
     assert not torch.equal(got, processed(logits, async_view, feed=other))

@@ -17,7 +17,6 @@ from vgraph import LLM, SamplingParams
 from vgraph.config.modes import CUDAGraphMode
 from vgraph.worker.input_batch import InputBuffers
 from vgraph.worker.model_runner import ModelRunner
-from vgraph.worker.token_feed import DeviceTokenFeed
 
 SIZES = [1, 2, 4, 8]
 
@@ -107,33 +106,6 @@ def test_full_graphs_record_the_input_copy(tiny_llama, monkeypatch):
     assert full_steps >= 15
     # with the copy in the graph, each capture calls it once (recording it), no replay does
     assert host_copies[False] - host_copies[True] == full_steps - len(SIZES)
-
-
-def test_async_full_graphs_record_the_token_feed(tiny_llama, monkeypatch):
-    """With async scheduling a FULL graph records the input copy and the token feed's gather
-    after it: only the other steps (and the captures) run them from the host, and the tokens are
-    synchronous NONE's; with VGRAPH_FEED_IN_GRAPH=0 every step runs them from the host, to the
-    same tokens."""
-    gathers = []
-    copy_and_gather = DeviceTokenFeed.copy_and_gather
-
-    def counted(self, step):
-        gathers.append(step.num_tokens_padded)
-        copy_and_gather(self, step)
-
-    monkeypatch.setattr(DeviceTokenFeed, "copy_and_gather", counted)
-    ref, _ = run(tiny_llama, "NONE")
-    host_gathers = {}
-    for in_graph in ("1", "0"):
-        monkeypatch.setenv("VGRAPH_FEED_IN_GRAPH", in_graph)
-        gathers.clear()
-        got, runner = run(tiny_llama, "FULL_DECODE_ONLY", async_scheduling=True)
-        assert got == ref
-        assert runner.token_feed is not None
-        host_gathers[in_graph] = len(gathers)
-        full_steps = runner.graph_stats.steps["FULL"]
-    assert full_steps >= 15
-    assert host_gathers["0"] - host_gathers["1"] == full_steps - len(SIZES)
 
 
 def _forgetful_prepare(prepare):

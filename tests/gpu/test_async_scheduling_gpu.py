@@ -1,10 +1,9 @@
 """Async scheduling on CUDA (bf16, dummy weights): the same tokens as synchronous scheduling for
-the three shipped architectures on FULL graphs, which record the token feed (greedy, seeded
-sampling, and greedy through every logits processor: penalties, logit_bias, allowed lists,
-min_tokens, whose entries of a pending output the device fills, and bad words, whose sampling
-waits for the step before), with the feed outside the graphs, and for the default model with the
-default graph mode and capture list, the engine core in its own process (greedy, plain and
-through the processors).
+the three shipped architectures on FULL graphs (greedy, seeded sampling, and greedy through every
+logits processor: penalties, logit_bias, allowed lists, min_tokens, whose entries of a pending
+output the device fills, and bad words, whose sampling waits for the step before), and for the
+default model with the default graph mode and capture list, the engine core in its own process
+(greedy, plain and through the processors).
 Prompts of several lengths, so prefills and decodes mix and the batch shrinks as requests end.
 
 With ignore_eos and max_tokens every step holds the same requests in both engines (the async
@@ -84,16 +83,6 @@ def test_async_equals_sync_on_full_graphs(name: str) -> None:
     assert generate(name, True, multiprocess=False, compilation_config=cc) == sync
     assert [len(t) for t in sync[0]] == [40, 3, 25, 60, 1, 17, 33]
     assert set(sync[2][3]) <= set(range(100, 140))  # the allowed list held
-
-
-def test_async_equals_sync_with_the_feed_outside_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """VGRAPH_FEED_IN_GRAPH=0: FULL graphs leave the input copy and the token feed's gather to
-    the stream before them (the comparison's path), to the same tokens."""
-    cc = {"cudagraph_mode": "FULL", "cudagraph_capture_sizes": [1, 2, 4, 8, 16]}
-    sync = generate("SmolLM2-135M", False, seeded=False, multiprocess=False, compilation_config=cc)
-    monkeypatch.setenv("VGRAPH_FEED_IN_GRAPH", "0")
-    got = generate("SmolLM2-135M", True, seeded=False, multiprocess=False, compilation_config=cc)
-    assert got == sync
 
 
 def test_async_equals_sync_default_model_default_graphs() -> None:

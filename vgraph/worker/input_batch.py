@@ -11,10 +11,6 @@ its inputs where it was captured: a FULL graph's key fixes both counts, a piecew
 the token count (its pieces read only token inputs).
 Pad tokens get input id 0, position 0 and slot -1; pad requests get seq_len 0 and an empty
 query range. A step's CommonAttentionMetadata is views of these buffers.
-With async scheduling (feed_slots > 0) the device buffer starts with feed_slots int64 slots the
-copy never touches, where the token feed keeps the last step's sampled ids, and a layout has one
-more token region, each token's source in `feed_table` (token_feed.py): the model reads
-feed_table[feed_src], so a token takes its staged id or a sampled one in one gather.
 """
 
 from __future__ import annotations
@@ -42,7 +38,6 @@ class InputViews(NamedTuple):
     input_ids: torch.Tensor | np.ndarray  # [T] int64
     positions: torch.Tensor | np.ndarray  # [T] int64
     slot_mapping: torch.Tensor | np.ndarray  # [T] int64
-    feed_src: torch.Tensor | np.ndarray  # [T] int64 with feed slots (else [0]): feed_table's index
     query_start_loc: torch.Tensor | np.ndarray  # [R + 1] int32
     seq_lens: torch.Tensor | np.ndarray  # [R] int32
     block_table: torch.Tensor | np.ndarray  # [R, max_blocks_per_req] int32
@@ -55,8 +50,7 @@ class StepLayout:
     gpu: InputViews  # what the model and its graphs read
     cpu: InputViews  # the pinned staging twins (torch), for backends' host-side planning
     np: InputViews  # numpy views of cpu, which the fill writes
-    start: int  # the first byte the step uses (after the feed slots)
-    nbytes: int  # the end of the bytes the step uses: one copy of [start, nbytes)
+    nbytes: int  # the prefix of the buffers the step uses: one copy
 
 
 @dataclass
@@ -80,43 +74,33 @@ class InputBuffers:
         max_blocks_per_req: int,
         block_size: int,
         device: torch.device,
-        feed_slots: int = 0,
     ) -> None:
         self.max_num_tokens = max_num_tokens
         self.max_num_reqs = max_num_reqs
         self.max_blocks_per_req = max_blocks_per_req
         self.block_size = block_size
-        self.start = _align(8 * feed_slots)  # the layouts' first byte
-        self.feed_slots = self.start // 8
         nbytes = self._offsets(max_num_tokens, max_num_reqs)[-1]
         self.host = torch.zeros(nbytes, dtype=torch.uint8, pin_memory=device.type == "cuda")
         self.device = torch.zeros(nbytes, dtype=torch.uint8, device=device)
-        # the feed slots, then the largest layout's token ids: staged id of token i at slot + i
-        self.feed_table = self.device[: self.start + 8 * max_num_tokens].view(torch.int64)
-        self._own_src = np.arange(self.feed_slots, self.feed_slots + max_num_tokens)
 
     def _offsets(self, t: int, r: int) -> tuple[int, ...]:
-        """Byte offsets of ids, positions, slots, feed sources, query_start_loc, seq_lens,
-        block_table, end."""
-        tb = _align(8 * t)
-        ids, pos, slots, src = self.start, self.start + tb, self.start + 2 * tb, self.start + 3 * tb
-        qsl = src + (tb if self.feed_slots else 0)
+        """Byte offsets of ids, positions, slots, query_start_loc, seq_lens, block_table, end."""
+        ids, pos, slots = 0, _align(8 * t), 2 * _align(8 * t)
+        qsl = 3 * _align(8 * t)
         lens = qsl + _align(4 * (r + 1))
         table = lens + _align(4 * r)
-        return ids, pos, slots, src, qsl, lens, table, table + 4 * r * self.max_blocks_per_req
+        return ids, pos, slots, qsl, lens, table, table + 4 * r * self.max_blocks_per_req
 
     @functools.lru_cache(maxsize=1024)  # noqa: B019 (one InputBuffers per runner, for its life)
     def layout(self, t: int, r: int) -> StepLayout:
         """The views of a step with t padded tokens and r padded requests."""
         assert 1 <= t <= self.max_num_tokens and 0 <= r <= self.max_num_reqs, (t, r)
-        ids, pos, slots, src, qsl, lens, table, end = self._offsets(t, r)
-        t_src = t if self.feed_slots else 0
-        spans = [(ids, t), (pos, t), (slots, t), (src, t_src), (qsl, r + 1), (lens, r)]
-        spans.append((table, None))
+        ids, pos, slots, qsl, lens, table, end = self._offsets(t, r)
+        spans = [(ids, t), (pos, t), (slots, t), (qsl, r + 1), (lens, r), (table, None)]
 
         def views(buf: torch.Tensor) -> InputViews:
             out = []
-            for (start, n), dtype in zip(spans, [torch.int64] * 4 + [torch.int32] * 3):
+            for (start, n), dtype in zip(spans, [torch.int64] * 3 + [torch.int32] * 3):
                 if n is None:  # the block table
                     v = buf[start:end].view(torch.int32).view(r, self.max_blocks_per_req)
                 else:
@@ -125,8 +109,7 @@ class InputBuffers:
             return InputViews(*out)
 
         cpu = views(self.host)
-        np_views = InputViews(*(v.numpy() for v in cpu))
-        return StepLayout(views(self.device), cpu, np_views, self.start, end)
+        return StepLayout(views(self.device), cpu, InputViews(*(v.numpy() for v in cpu)), end)
 
     def prepare(
         self,
@@ -288,7 +271,6 @@ class InputBuffers:
         """4. padding (pad tokens: id 0, position 0, slot -1; pad requests: an empty range at the
         end, seq_len 0)."""
         v = layout.np
-        v.feed_src[:] = self._own_src[: len(v.feed_src)]  # every token its staged id
         v.query_start_loc[num_reqs + 1 :] = num_tokens
         v.seq_lens[num_reqs:] = 0
         v.input_ids[num_tokens:] = 0
@@ -321,7 +303,6 @@ class InputBuffers:
         v.query_start_loc[1:] = np.cumsum(q_lens)
         v.seq_lens[:] = q_lens
         v.block_table[:] = 0
-        v.feed_src[:] = self._own_src[: len(v.feed_src)]
         step = StepInputs(
             num_reqs=num_reqs,
             num_tokens=num_tokens,
@@ -360,8 +341,8 @@ class InputBuffers:
         )
 
     def copy_to_device(self, step: StepInputs) -> None:
-        """The step's one host-to-device copy, non-blocking: the bytes its layout uses (a fixed
-        range per padded shape, so a graph can record it)."""
+        """The step's one host-to-device copy, non-blocking: the prefix its layout uses (a fixed
+        size per padded shape, so a graph can record it)."""
         assert step.layout is not None
-        a, b = step.layout.start, step.layout.nbytes
-        self.device[a:b].copy_(self.host[a:b], non_blocking=True)
+        n = step.layout.nbytes
+        self.device[:n].copy_(self.host[:n], non_blocking=True)

@@ -6,8 +6,7 @@ called in this order by execute_model():
      mode (FULL / PIECEWISE / NONE; never FULL for cascade), graph key, padded counts
   2. prepare_inputs: SchedulerOutput -> persistent buffers (padded) -> CommonAttentionMetadata
      (input_batch.py), planned by the attention backend's planner; the host-to-device copy of
-     the inputs (and with async scheduling the token feed's gather), except for a FULL replay,
-     whose graph starts with them
+     the inputs, except for a FULL replay, whose graph starts with that copy
   3. execute_forward: the model (or its graph replay) under a ForwardContext
   4. sample: logits of each request's last token -> logits processors and Sampler, on the
      device, outside every graph (penalties, bias, bans, the structured-output bitmask;
@@ -17,7 +16,7 @@ called in this order by execute_model():
      for it; launch() is launch_forward() (stages 1-3) then launch_sample() (4-5)
 With async scheduling (SchedulerConfig.async_scheduling) the engine core launches a step before
 the previous one's tokens are back: a request's pending token is fed from the previous step's
-sampled ids on the device (token_feed.py), the model reading the feed's token ids.
+sampled ids on the device (token_feed.py), and FULL graphs leave the input copy to the host.
 With tensor parallelism every rank has a runner over its shards. Rank 0's (in the engine core)
 broadcasts each step's inputs and dispatch decision (a TPStep) after step 2; the workers run
 steps 2-3 from it (execute_broadcast_step) and never sample.
@@ -71,7 +70,7 @@ from vgraph.worker.prompt_logprobs import (
 )
 from vgraph.worker.runner_output import ModelRunnerOutput, PendingOutput, start_to_host
 from vgraph.worker.step_sampler import BitmaskFn, StepSampler
-from vgraph.worker.token_feed import DeviceTokenFeed, feed_in_graph
+from vgraph.worker.token_feed import DeviceTokenFeed
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +106,6 @@ class ModelRunner:
             self.max_blocks_per_req,
             cc.block_size,
             self.device,
-            feed_slots=self.max_num_reqs if sc.async_scheduling else 0,
         )
         self.compilation_config = comp = config.compilation_config
         self.cudagraph_mode: CUDAGraphMode = comp.cudagraph_mode
@@ -124,13 +122,13 @@ class ModelRunner:
         if cc.enable_cascade_attention and self.attention_backend.supports_cascade(self.device):
             self.cascade_rule = CascadeCostRule()
         self.graph_stats = GraphStats()
-        # async scheduling: pending tokens fed on the device (FULL graphs record the feed's
-        # gather after their input copy, unless VGRAPH_FEED_IN_GRAPH=0)
+        # async scheduling: pending tokens fed on the device (a FULL graph's own input copy
+        # would overwrite them, so the host copies)
         self.token_feed: DeviceTokenFeed | None = None
         if sc.async_scheduling:
-            self.token_feed = DeviceTokenFeed(self.buffers, self.device)
-        self.full_graphs_copy_inputs = type(self).full_graphs_copy_inputs and (
-            self.token_feed is None or feed_in_graph()
+            self.token_feed = DeviceTokenFeed(self.max_num_reqs, self.device)
+        self.full_graphs_copy_inputs = (
+            type(self).full_graphs_copy_inputs and self.token_feed is None
         )
         self.step_sampler = StepSampler(self.device)  # with what sampling keeps across steps
         self.step_sampler.token_feed = self.token_feed
@@ -326,29 +324,26 @@ class ModelRunner:
         num_common_prefix_blocks: int = 0,
     ) -> tuple[StepInputs, CommonAttentionMetadata]:
         """num_reqs_padded is given for FULL replays only (the graph's request count); their
-        graph copies the inputs to the device itself. With async scheduling, pending tokens
-        are fed on the device (the graph's gather, or one on the stream)."""
+        graph copies the inputs to the device itself (but with async scheduling). With async
+        scheduling, pending tokens are fed on the device, and every copy from the host's
+        staging is issued before this returns."""
         full = num_reqs_padded is not None
         copy = not (full and self._graph_copies_inputs(CUDAGraphMode.FULL))
         feed = self.token_feed
         if feed is not None:
             feed.wait_for_copies()
         step = self.buffers.prepare(
-            sched,
-            num_tokens_padded,
-            num_reqs_padded,
-            copy=copy and feed is None,
-            pending=feed is not None,
+            sched, num_tokens_padded, num_reqs_padded, copy=copy, pending=feed is not None
         )
-        if feed is not None:
-            feed.fill(sched.requests, step)
         common = self.build_common_metadata(
             step,
             full_graph=full,
             num_common_prefix_blocks=num_common_prefix_blocks,
         )
-        if feed is not None and copy:  # its event follows the planner's copies too
-            feed.copy_and_gather(step)
+        if feed is not None:
+            assert step.layout is not None and copy
+            feed.apply(sched.requests, step, step.layout.gpu.input_ids)
+            feed.record_copies()
         return step, common
 
     def build_common_metadata(
@@ -378,7 +373,7 @@ class ModelRunner:
         head computes them."""
         inputs = step.layout.gpu  # views of the runner's static buffers, padded
         with set_forward_context(self._forward_context(common, mode, key, capturing, step)):
-            return self.logits_fn(self._input_ids(step), inputs.positions, inputs.query_start_loc)
+            return self.logits_fn(inputs.input_ids, inputs.positions, inputs.query_start_loc)
 
     def execute_with_prompt_logprobs(
         self,
@@ -394,19 +389,12 @@ class ModelRunner:
         assert mode is not CUDAGraphMode.FULL and self.model is not None
         inputs = step.layout.gpu
         with set_forward_context(self._forward_context(common, mode, key)):
-            hidden = self.model_fn(self._input_ids(step), inputs.positions)
+            hidden = self.model_fn(inputs.input_ids, inputs.positions)
         qsl = inputs.query_start_loc  # [num_reqs_padded + 1]
         return logits_and_prompt_logprobs(hidden, qsl, self.model.compute_logits, sched, spans)
 
     def _graph_copies_inputs(self, mode: CUDAGraphMode) -> bool:
         return mode is CUDAGraphMode.FULL and self.full_graphs_copy_inputs
-
-    def _input_ids(self, step: StepInputs) -> torch.Tensor:
-        """The token ids the model reads: the token feed's with async scheduling."""
-        assert step.layout is not None
-        if self.token_feed is not None:
-            return self.token_feed.input_ids(step)
-        return step.layout.gpu.input_ids
 
     def _forward_context(
         self,
@@ -419,10 +407,7 @@ class ModelRunner:
         """step: the step run; a FULL capture records its input copy."""
         copy_inputs = None
         if capturing and step is not None and self._graph_copies_inputs(mode):
-            copy = self.buffers.copy_to_device
-            if self.token_feed is not None:
-                copy = self.token_feed.copy_and_gather
-            copy_inputs = functools.partial(copy, step)
+            copy_inputs = functools.partial(self.buffers.copy_to_device, step)
         return ForwardContext(
             attn_metadata=common,
             kv_caches=self.kv_caches,

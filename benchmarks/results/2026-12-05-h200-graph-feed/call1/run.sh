@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# 2026-12-05 (twenty-first pass), call 1: the token feed recorded in FULL graphs (the input copy,
-# an external event, the gather from the feed slots) against VGRAPH_FEED_IN_GRAPH=0 (both on the
-# stream before the graph): async = sync on FULL graphs (three architectures, the feed in and out
-# of the graphs) and with the default model in its own process; the engine loop in turns, twice
-# each with 5 rounds, the first of each profiling 20 steps; greedy FULL = NONE with FULL's engine
-# core in its own process; the warp-per-chunk rule's op test; serving at concurrency 1. In that
-# order (the most needed first): about 270 s, for what device time was left.
+# 2026-12-05 (twenty-first pass), call 1, prepared and not run (no device machine could be
+# started for it). It applies graph_feed.patch first: the token feed recorded in FULL graphs
+# (the input copy, an external event, the gather from the feed slots), against
+# VGRAPH_FEED_IN_GRAPH=0 (both on the stream before the graph). Then: async = sync on FULL graphs
+# (three architectures, the feed in and out of the graphs) and with the default model in its own
+# process; the engine loop in turns, twice each with 5 rounds, the first of each profiling 20
+# steps; greedy FULL = NONE with FULL's engine core in its own process; the warp-per-chunk rule's
+# op test; serving at concurrency 1. In that order (the most needed first): about 270 s.
 d=$(dirname $0); o=$OUT/r; mkdir -p $o
 layer=$d/../../2026-12-04-h200-head-greedy/call1/layer.py
 exec > >(tee $o/summary.txt) 2>&1
@@ -14,6 +15,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv > $o/env.txt
 python3 -c "import torch, sys; print(torch.__version__, torch.version.cuda, sys.version.split()[0])" >> $o/env.txt
 git log -1 --format=%H >> $o/env.txt 2>/dev/null
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD
+{ git apply $d/../graph_feed.patch 2>/dev/null || patch -p1 < $d/../graph_feed.patch; } || { echo "graph_feed.patch did not apply"; exit 1; }
 pack() { (cd $OUT && tar czf results.tgz r); }
 t0=$SECONDS; python3 -m vgraph.ext_build > $o/build.log 2>&1; echo "build rc=$? in $((SECONDS-t0)) s"; tail -1 $o/build.log
 t0=$SECONDS; timeout 150 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_async_scheduling_gpu.py > $o/tests_async.log 2>&1
