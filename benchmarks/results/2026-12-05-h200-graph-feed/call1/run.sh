@@ -6,7 +6,8 @@
 # (three architectures, the feed in and out of the graphs) and with the default model in its own
 # process; the engine loop in turns, twice each with 5 rounds, the first of each profiling 20
 # steps; greedy FULL = NONE with FULL's engine core in its own process; the warp-per-chunk rule's
-# op test; serving at concurrency 1. In that order (the most needed first): about 270 s.
+# op test; serving at concurrency 1. In that order (the most needed first): about 270 s; then
+# three step-in-turns comparisons (below), about 60 s more.
 d=$(dirname $0); o=$OUT/r; mkdir -p $o
 layer=$d/../../2026-12-04-h200-head-greedy/call1/layer.py
 exec > >(tee $o/summary.txt) 2>&1
@@ -43,4 +44,17 @@ print(f"{sys.argv[1].rsplit('/', 1)[1]:26s} c={d['max_concurrency']:<3} ok={d['c
       f"p99 {d['p99_tpot_ms']:.3f}  ITL med {d['median_itl_ms']:.3f} mean {d['mean_itl_ms']:.3f}")
 PY
 done; pack
+# then, step in turns: the warp-per-chunk rule (the tree) against both off at SmolLM2-135M's 4
+# and 8 tokens; at its 16 the O / down ops' staged loads off (one run in the gather records' call
+# 2 had them 8 us of busy time slower)
+ab() {  # name model batch iters variants...
+  local name=$1 model=$2 b=$3 n=$4; shift 4
+  t0=$SECONDS; VGRAPH_ENABLE_MULTIPROCESSING=0 timeout 100 python3 benchmarks/bench_decode_step_ab.py --out-dir $o/$name --models $model \
+    --variants "$@" -- --modes FULL --num-iters $n --batch-sizes $b > $o/$name.log 2>&1
+  echo "$name rc=$? in $((SECONDS-t0)) s"; grep -A9 "^decode step, median" $o/$name.log | grep "B="; grep -E "decode_$b " $o/$name.log | cut -c1-150
+  python3 $layer $o/$name/latency_*.json; pack
+}
+ab smol4 SmolLM2-135M 4 300 fused env:VGRAPH_MMA_WARP_PER_CHUNK_QKV=0,VGRAPH_MMA_WARP_PER_CHUNK_RESIDUAL=0
+ab smol8 SmolLM2-135M 8 300 fused env:VGRAPH_MMA_WARP_PER_CHUNK_QKV=0,VGRAPH_MMA_WARP_PER_CHUNK_RESIDUAL=0
+ab smol16 SmolLM2-135M 16 500 fused env:VGRAPH_GEMV_GATHER_RESIDUAL=0
 cd $OUT && tar czf results.tgz r && rm -rf r
