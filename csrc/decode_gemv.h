@@ -51,8 +51,9 @@ struct GemvArgs {
   // grid's size (the op's per-shape table; else only where a CTA per pair would overfill the SMs).
   bool pack_pairs;
   int num_pairs, pairs_per_cta;
-  // Wide kernel: whether it lets the next kernel start only after its loop (set by its launcher).
-  bool wide_late_trigger;
+  // Wide kernel: when a warp lets the next kernel start (set by its launcher): with this many of
+  // its weight chunks left to compute (0: after its loop), or before its wait if negative.
+  int wide_trigger_left;
   // Norm ops of the CUDA-core and tensor-core kernels: the dot products take norm_weight * x
   // (rounded once) and each token's sums are scaled by its 1 / rms after the reduction, the
   // squares summed in the same pass (the wide kernel's way), instead of a pass that computes

@@ -23,7 +23,8 @@
 // mma steps on the staged activations. Only after the loop (`griddepcontrol.launch_dependents`)
 // may the next kernel's CTAs start: let in at once, they took SM slots and HBM bandwidth from the
 // loop, and Llama-3.2-1B's decode step with gate/up on this kernel was 1-75 us slower at 2-16
-// tokens (2026-12-03-h200-wide, call 6).
+// tokens (2026-12-03-h200-wide, call 6). VGRAPH_WIDE_TRIGGER_LEFT moves the point into the loop's
+// last chunks (comparisons).
 //
 // The norm ops. RMSNorm's 1 / rms needs every activation of the token, so normalizing before the
 // first mma step kept each CTA's weights waiting for a pass over its activations, a block-wide
@@ -134,7 +135,7 @@ __global__ void __launch_bounds__(kWideMaxWarps * 32) gemv_wide_kernel(const Gem
       if (m < m_count) epi_before_wait<T, E>(a, m, r0, r1, in[i][t]);
     }
   }
-  if (!a.wide_late_trigger) pdl::launch_dependents();
+  if (a.wide_trigger_left < 0) pdl::launch_dependents();
   pdl::wait();  // everything below may read what the previous kernel wrote
 
   // 3. The activations of the CTA's K range, staged once; the residual values of the units.
@@ -166,7 +167,11 @@ __global__ void __launch_bounds__(kWideMaxWarps * 32) gemv_wide_kernel(const Gem
   float acc[NT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+  // The next kernel may start once this warp has wide_trigger_left chunks left (at the top of that
+  // iteration; 0 or no chunks: after the loop).
+  const int trigger_j = a.wide_trigger_left < 0 ? -1 : max(my_chunks - a.wide_trigger_left, 0);
   for (int j = 0; j < my_chunks; ++j) {
+    if (j == trigger_j) pdl::launch_dependents();
     issue(j + D - 1);
     cp_async_wait<D - 1>();
     const uint4* st = ring + (j % D) * kWideStageVecs;
@@ -193,7 +198,7 @@ __global__ void __launch_bounds__(kWideMaxWarps * 32) gemv_wide_kernel(const Gem
     }
   }
   cp_async_wait<0>();  // the ring's trailing (empty) groups
-  if (a.wide_late_trigger) pdl::launch_dependents();
+  if (trigger_j == my_chunks) pdl::launch_dependents();
 
   // 5. The norm ops: each token's sum of squares over the CTA's range (a warp per token), after
   // the loop, so no mma step waits for it.
@@ -338,9 +343,11 @@ bool wide_fits(const GemvArgs<T>& a) {
 template <typename T, int NT, Epilogue E>
 void launch_wide_nt(const GemvArgs<T>& args, cudaStream_t stream) {
   GemvArgs<T> a = args;
-  // VGRAPH_WIDE_LATE_TRIGGER=0: the next kernel may start at once, not only once the loop is done
-  // (comparisons; read at each launch).
-  a.wide_late_trigger = env_int("VGRAPH_WIDE_LATE_TRIGGER", 1, 0, 1) == 1;
+  // VGRAPH_WIDE_LATE_TRIGGER=0: the next kernel may start at once; else VGRAPH_WIDE_TRIGGER_LEFT=n:
+  // once each warp has n chunks left, 0 after its loop (comparisons; read at each launch).
+  a.wide_trigger_left = env_int("VGRAPH_WIDE_LATE_TRIGGER", 1, 0, 1) == 0
+                            ? -1
+                            : env_int("VGRAPH_WIDE_TRIGGER_LEFT", 0, 0, 1 << 16);
   const WideShape w = wide_shape<T, E>(a, NT);
   const int tiles = mma_tiles<T, E>(a), blocks = (tiles + w.warps - 1) / w.warps;
   const size_t smem = wide_smem<T, E>(NT, a.K / w.split, w.warps, w.split);

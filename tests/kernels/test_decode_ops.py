@@ -512,7 +512,8 @@ def test_wide_kernel_splits_and_warps(
 @pytest.mark.parametrize(
     ("name", "value"),
     [("VGRAPH_WIDE_SPLIT", "9"), ("VGRAPH_WIDE_SPLIT", "5"), ("VGRAPH_WIDE_WARPS", "9"),
-     ("VGRAPH_WIDE_WARPS", "0x"), ("VGRAPH_WIDE_LATE_TRIGGER", "2"), ("VGRAPH_GEMV", "tensor")],
+     ("VGRAPH_WIDE_WARPS", "0x"), ("VGRAPH_WIDE_LATE_TRIGGER", "2"),
+     ("VGRAPH_WIDE_TRIGGER_LEFT", "-1"), ("VGRAPH_GEMV", "tensor")],
 )  # fmt: skip
 def test_wide_switches_reject_bad_values(
     name: str, value: str, device: str, monkeypatch: pytest.MonkeyPatch
@@ -553,13 +554,19 @@ def test_table_sends_norm_projections_to_wide_kernel(
     """The table's wide_from: Llama-3.2-1B's and Qwen3-0.6B's gate/up calls without
     max_gemv_tokens run the wide kernel (bit-equal to VGRAPH_GEMV=wide, not to =mma, whose sums
     run in another order), within tolerance of the float32 reference; where the kernel lets the
-    next one start (VGRAPH_WIDE_LATE_TRIGGER) changes no bit."""
+    next one start (VGRAPH_WIDE_LATE_TRIGGER, VGRAPH_WIDE_TRIGGER_LEFT) changes no bit."""
     c = Case(shape, num_tokens, torch.bfloat16, device)
     table = run_gate_up(c, None)
     assert rel_err(table, ref_gate_up(c)) < REL_TOL[torch.bfloat16]
-    monkeypatch.setenv("VGRAPH_WIDE_LATE_TRIGGER", "0")
-    torch.testing.assert_close(run_gate_up(c, None), table, rtol=0, atol=0)
-    monkeypatch.delenv("VGRAPH_WIDE_LATE_TRIGGER")
+    for name, value in [
+        ("VGRAPH_WIDE_LATE_TRIGGER", "0"),
+        ("VGRAPH_WIDE_TRIGGER_LEFT", "0"),
+        ("VGRAPH_WIDE_TRIGGER_LEFT", "7"),
+        ("VGRAPH_WIDE_TRIGGER_LEFT", "99"),
+    ]:
+        monkeypatch.setenv(name, value)
+        torch.testing.assert_close(run_gate_up(c, None), table, rtol=0, atol=0, msg=name + value)
+        monkeypatch.delenv(name)
     monkeypatch.setenv("VGRAPH_GEMV", "wide")
     torch.testing.assert_close(run_gate_up(c, 16), table, rtol=0, atol=0)
     monkeypatch.setenv("VGRAPH_GEMV", "mma")
