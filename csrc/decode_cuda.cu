@@ -89,25 +89,38 @@ using namespace gemv;  // NOLINT: this file is gemv's only client
 // SmolLM2-135M's K of 576 and 1,536's 2) rather than one: SmolLM2-135M's batch-1 step was 393
 // against 416 us busy, timed in turns (2026-12-04-h200-arrival, call 7). Llama-3.2-1B's (2 a CTA)
 // was within the spread (813 against 815 us), so its entries keep the earlier rule.
+// `gather_up_to`: the token count up to which the tensor-core kernel stages a chunk's activations
+// (GemvArgs::gather_x, below). SmolLM2-135M's O and down projections load them where they are
+// used at 9-16 tokens: its batch-16 step was 518.9 / 522.7 against 529.8 / 531.1 us busy, 0.675 /
+// 0.590 against 0.687 / 0.596 ms in turns (2026-12-05-h200-wide-trigger call 1, 2026-12-04-h200-
+// gather call 2).
+// `trigger_left`: the wide kernel lets the next kernel start once each warp has this many weight
+// chunks left (GemvArgs::wide_trigger_left; 0: after its loop). Llama-3.2-1B's gate/up at 7 (the
+// ring's depth less one: once its last load is issued): the down projection after it 7.5 against
+// 9.3 us, the gate/up 22.3 against 20.9, the batch-1 step 809.1 against 815.0 us busy and 0.944
+// against 0.948 ms in turns, the engine loop 0.820 against 0.825; at 16 tokens within the spread
+// (1045.4 against 1044.6 us busy; 2026-12-05-h200-wide-trigger, call 1).
 struct Threshold {
   Epilogue e;
   int64_t n, k, max_tokens, mma_from;
   bool loop = true;
   int64_t wide_from = 0;  // the token count from which the wide tensor-core kernel runs; 0: never
   bool pack = false;      // at one token, as many row pairs a CTA as fit (pairs_per_cta)
+  int64_t gather_up_to = kMaxGemvTokens;
+  int trigger_left = 0;
 };
 constexpr Threshold kThresholds[] = {
     // SmolLM2-135M
     {Epilogue::kQkvRope, 960, 576, 16, 4, true, 0, true},
-    {Epilogue::kAddResidual, 576, 576, 16, 4, true, 0, true},
+    {Epilogue::kAddResidual, 576, 576, 16, 4, true, 0, true, 8},
     {Epilogue::kSiluMul, 3072, 576, 32, 2, true, 0, true},
-    {Epilogue::kAddResidual, 576, 1536, 32, 2, true, 0, true},
+    {Epilogue::kAddResidual, 576, 1536, 32, 2, true, 0, true, 8},
     {Epilogue::kStore, 49152, 576, 0, 1},
     {Epilogue::kNormStore, 49152, 576, 1, 2},
     // Llama-3.2-1B
     {Epilogue::kQkvRope, 3072, 2048, 12, 2, false, 2},
     {Epilogue::kAddResidual, 2048, 2048, 16, 4},
-    {Epilogue::kSiluMul, 16384, 2048, 16, 2, false, 1},
+    {Epilogue::kSiluMul, 16384, 2048, 16, 2, false, 1, false, kMaxGemvTokens, 7},
     {Epilogue::kAddResidual, 2048, 8192, 8, 2},
     {Epilogue::kStore, 128256, 2048, 2, 4},
     {Epilogue::kNormStore, 128256, 2048, 1, 2, false},
@@ -225,10 +238,19 @@ bool launch_fused(const GemvArgs<T>& call, int num_pairs, cudaStream_t stream) {
   // engine loop's step took 0.531 against 0.560-0.562 ms at SmolLM2-135M's batch 16, 1.072-1.078
   // against 1.079-1.087 at Llama-3.2-1B's (2026-12-04-h200-gather, calls 1 and 2). (The
   // CUDA-core kernel's version at one token took Llama-3.2-1B's LM head 416 against 133 us:
-  // removed.) VGRAPH_GEMV_GATHER=0 loads each vector where it is used, VGRAPH_GEMV_GATHER_<OP>=0
-  // / 1 for one op only (comparisons; read at each launch).
-  const int gather = env_int("VGRAPH_GEMV_GATHER", 1, 0, 1);
+  // removed.) The table's gather_up_to limits it per shape. VGRAPH_GEMV_GATHER=0 / 1 forbids /
+  // allows it at every shape, VGRAPH_GEMV_GATHER_<OP>=0 / 1 for one op only (comparisons; read at
+  // each launch).
+  const bool table_gather = t == nullptr || a.num_tokens <= t->gather_up_to;
+  const int gather = env_int("VGRAPH_GEMV_GATHER", table_gather ? 1 : 0, 0, 1);
   a.gather_x = env_int(op_switch("VGRAPH_GEMV_GATHER_", E).c_str(), gather, 0, 1) == 1;
+  // The wide kernel: when it lets the next kernel start (the table's trigger_left).
+  // VGRAPH_WIDE_LATE_TRIGGER=0 lets it in at once, VGRAPH_WIDE_TRIGGER_LEFT=n once each warp has n
+  // chunks left, 0 after the loop, at every shape (comparisons; read at each launch).
+  a.wide_trigger_left =
+      env_int("VGRAPH_WIDE_LATE_TRIGGER", 1, 0, 1) == 0
+          ? -1
+          : env_int("VGRAPH_WIDE_TRIGGER_LEFT", t == nullptr ? 0 : t->trigger_left, 0, 1 << 16);
   const Kernel kernel = pick_kernel(E, a.num_tokens, a.N, a.K, a.head_size);
   if (kernel == Kernel::kWide && launch_gemv_wide<T, E>(a, stream)) return false;
   if (kernel != Kernel::kCudaCore) {

@@ -23,8 +23,8 @@
 // mma steps on the staged activations. Only after the loop (`griddepcontrol.launch_dependents`)
 // may the next kernel's CTAs start: let in at once, they took SM slots and HBM bandwidth from the
 // loop, and Llama-3.2-1B's decode step with gate/up on this kernel was 1-75 us slower at 2-16
-// tokens (2026-12-03-h200-wide, call 6). VGRAPH_WIDE_TRIGGER_LEFT moves the point into the loop's
-// last chunks (comparisons).
+// tokens (2026-12-03-h200-wide, call 6). The launcher may move the point into the loop's last
+// chunks (GemvArgs::wide_trigger_left: the op's per-shape table in decode_cuda.cu).
 //
 // The norm ops. RMSNorm's 1 / rms needs every activation of the token, so normalizing before the
 // first mma step kept each CTA's weights waiting for a pass over its activations, a block-wide
@@ -341,13 +341,7 @@ bool wide_fits(const GemvArgs<T>& a) {
 }
 
 template <typename T, int NT, Epilogue E>
-void launch_wide_nt(const GemvArgs<T>& args, cudaStream_t stream) {
-  GemvArgs<T> a = args;
-  // VGRAPH_WIDE_LATE_TRIGGER=0: the next kernel may start at once; else VGRAPH_WIDE_TRIGGER_LEFT=n:
-  // once each warp has n chunks left, 0 after its loop (comparisons; read at each launch).
-  a.wide_trigger_left = env_int("VGRAPH_WIDE_LATE_TRIGGER", 1, 0, 1) == 0
-                            ? -1
-                            : env_int("VGRAPH_WIDE_TRIGGER_LEFT", 0, 0, 1 << 16);
+void launch_wide_nt(const GemvArgs<T>& a, cudaStream_t stream) {
   const WideShape w = wide_shape<T, E>(a, NT);
   const int tiles = mma_tiles<T, E>(a), blocks = (tiles + w.warps - 1) / w.warps;
   const size_t smem = wide_smem<T, E>(NT, a.K / w.split, w.warps, w.split);

@@ -431,8 +431,9 @@ def test_gathered_activations_are_bit_equal(
     shape: str, num_tokens: int, device: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The tensor-core kernel up to 16 tokens copies a chunk's activations to shared memory ahead
-    of its products (GemvArgs::gather_x); VGRAPH_GEMV_GATHER=0 loads each vector where it is used.
-    Every op writes the same bits either way: one chunk of K and several (Llama-3.2-1B's down
+    of its products (GemvArgs::gather_x) where its table allows (SmolLM2-135M's O and down up to
+    8 tokens); VGRAPH_GEMV_GATHER=0 loads each vector where it is used, =1 copies them at every
+    shape. Every op writes the same bits either way: one chunk of K and several (Llama-3.2-1B's down
     projection, "deep"), split launches and whole column tiles, the size without gathering (29
     tokens). The same with VGRAPH_GEMV_GATHER_<OP> turning one op's back on. A bad value is
     refused."""
@@ -444,9 +445,11 @@ def test_gathered_activations_are_bit_equal(
     for split in ("", "0"):
         monkeypatch.setenv("VGRAPH_MMA_SPLIT", split)
         gathered = [run(32) for run in runs]
-        monkeypatch.setenv("VGRAPH_GEMV_GATHER", "0")
-        for i, run in enumerate(runs):
-            torch.testing.assert_close(run(32), gathered[i], rtol=0, atol=0, msg=f"{split} {i}")
+        for value in ("1", "0"):
+            monkeypatch.setenv("VGRAPH_GEMV_GATHER", value)
+            for i, run in enumerate(runs):
+                got = run(32)
+                torch.testing.assert_close(got, gathered[i], rtol=0, atol=0, msg=f"{split} {i}")
         monkeypatch.setenv("VGRAPH_GEMV_GATHER_RESIDUAL", "1")
         for i in OP_RUNS["RESIDUAL"]:
             torch.testing.assert_close(runs[i](32), gathered[i], rtol=0, atol=0, msg=f"{split} {i}")

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# 2026-12-05 (twenty-second pass), call 2: call 1's two winners as the table's defaults, timed
+# again against the switch that restores the earlier rule (Llama-3.2-1B's gate/up trigger at 7
+# chunks left, SmolLM2-135M's O / down without staged loads at 9-16 tokens); the op tests; the
+# engine loop on the tree; greedy FULL = NONE with FULL's engine core in its own process.
+d=$(dirname $0); o=$OUT/r; mkdir -p $o
+layer=$d/../../2026-12-04-h200-head-greedy/call1/layer.py
+exec > >(tee $o/summary.txt) 2>&1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+nvidia-smi --query-gpu=name,driver_version --format=csv > $o/env.txt
+python3 -c "import torch, sys; print(torch.__version__, torch.version.cuda, sys.version.split()[0])" >> $o/env.txt
+export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD
+pack() { (cd $OUT && tar czf results.tgz r); }
+t0=$SECONDS; python3 -m vgraph.ext_build > $o/build.log 2>&1; echo "build rc=$? in $((SECONDS-t0)) s"; tail -1 $o/build.log
+t0=$SECONDS; timeout 60 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_decode_ops.py \
+  -k "wide_switches or sends_norm or gathered or warp_per_chunk" > $o/tests_ops.log 2>&1
+echo "op tests rc=$? in $((SECONDS-t0)) s"; tail -1 $o/tests_ops.log; grep -E "^FAILED|^ERROR" $o/tests_ops.log | head -8; pack
+ab() {  # name model batch iters variants...
+  local name=$1 model=$2 b=$3 n=$4; shift 4
+  t0=$SECONDS; VGRAPH_ENABLE_MULTIPROCESSING=0 timeout 60 python3 benchmarks/bench_decode_step_ab.py --out-dir $o/$name --models $model \
+    --variants "$@" -- --modes FULL --num-iters $n --batch-sizes $b > $o/$name.log 2>&1
+  echo "$name rc=$? in $((SECONDS-t0)) s"; grep -A9 "^decode step, median" $o/$name.log | grep "B="
+  python3 $layer $o/$name/latency_*.json; pack
+}
+ab llama1 Llama-3.2-1B 1 400 fused env:VGRAPH_WIDE_TRIGGER_LEFT=0
+ab smol16 SmolLM2-135M 16 400 fused env:VGRAPH_GEMV_GATHER_RESIDUAL=1
+t0=$SECONDS; VGRAPH_ENABLE_MULTIPROCESSING=0 timeout 60 python3 benchmarks/bench_async_scheduling.py --models SmolLM2-135M Llama-3.2-1B \
+  --batch-sizes 1 16 --capture-sizes 1 2 4 8 16 --rounds 5 --out $o/async.json > $o/async.log 2>&1
+echo "async loop rc=$? in $((SECONDS-t0)) s"; grep -A5 "^model" $o/async.log; pack
+t0=$SECONDS; timeout 120 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_fused_decode_gpu.py > $o/tests_e2e.log 2>&1
+echo "e2e tests rc=$? in $((SECONDS-t0)) s"; tail -1 $o/tests_e2e.log; grep -E "^FAILED|^ERROR" $o/tests_e2e.log | head -8; pack
+cd $OUT && tar czf results.tgz r && rm -rf r
