@@ -2,7 +2,8 @@
 # 2026-12-05 (twenty-second pass), call 2: call 1's two winners as the table's defaults, timed
 # again against the switch that restores the earlier rule (Llama-3.2-1B's gate/up trigger at 7
 # chunks left, SmolLM2-135M's O / down without staged loads at 9-16 tokens); the op tests; the
-# engine loop on the tree; greedy FULL = NONE with FULL's engine core in its own process.
+# engine loop on the tree; greedy FULL = NONE with FULL's engine core in its own process. Between
+# the A/B and the loop: Llama-3.2-1B's O projection at 16 tokens on cuBLAS or the wide kernel.
 d=$(dirname $0); o=$OUT/r; mkdir -p $o
 layer=$d/../../2026-12-04-h200-head-greedy/call1/layer.py
 exec > >(tee $o/summary.txt) 2>&1
@@ -24,6 +25,10 @@ ab() {  # name model batch iters variants...
 }
 ab llama1 Llama-3.2-1B 1 400 fused env:VGRAPH_WIDE_TRIGGER_LEFT=0
 ab smol16 SmolLM2-135M 16 400 fused env:VGRAPH_GEMV_GATHER_RESIDUAL=1
+# Llama-3.2-1B's O at 16 tokens (6.1 us a call on the tensor-core kernel for 8.4 MB): on cuBLAS
+# (its down projection is already), and alone on the wide kernel (from 9 tokens: the down
+# projection's fused limit is 8, so at 16 only the O moves)
+ab llama16 Llama-3.2-1B 16 400 fused env:VGRAPH_GEMV_MAX_TOKENS_RESIDUAL=8 env:VGRAPH_GEMV_WIDE_FROM_RESIDUAL=9
 t0=$SECONDS; VGRAPH_ENABLE_MULTIPROCESSING=0 timeout 60 python3 benchmarks/bench_async_scheduling.py --models SmolLM2-135M Llama-3.2-1B \
   --batch-sizes 1 16 --capture-sizes 1 2 4 8 16 --rounds 5 --out $o/async.json > $o/async.log 2>&1
 echo "async loop rc=$? in $((SECONDS-t0)) s"; grep -A5 "^model" $o/async.log; pack
