@@ -244,15 +244,17 @@ bool launch_fused(const GemvArgs<T>& call, int num_pairs, cudaStream_t stream) {
   const bool table_gather = t == nullptr || a.num_tokens <= t->gather_up_to;
   const int gather = env_int("VGRAPH_GEMV_GATHER", table_gather ? 1 : 0, 0, 1);
   a.gather_x = env_int(op_switch("VGRAPH_GEMV_GATHER_", E).c_str(), gather, 0, 1) == 1;
-  // The wide kernel: when it lets the next kernel start (the table's trigger_left).
-  // VGRAPH_WIDE_LATE_TRIGGER=0 lets it in at once, VGRAPH_WIDE_TRIGGER_LEFT=n once each warp has n
-  // chunks left, 0 after the loop, at every shape (comparisons; read at each launch).
-  a.wide_trigger_left =
-      env_int("VGRAPH_WIDE_LATE_TRIGGER", 1, 0, 1) == 0
-          ? -1
-          : env_int("VGRAPH_WIDE_TRIGGER_LEFT", t == nullptr ? 0 : t->trigger_left, 0, 1 << 16);
   const Kernel kernel = pick_kernel(E, a.num_tokens, a.N, a.K, a.head_size);
-  if (kernel == Kernel::kWide && launch_gemv_wide<T, E>(a, stream)) return false;
+  if (kernel == Kernel::kWide) {
+    // When it lets the next kernel start: the table's trigger_left. VGRAPH_WIDE_LATE_TRIGGER=0
+    // lets it in at once, VGRAPH_WIDE_TRIGGER_LEFT=n once each warp has n chunks left, 0 after
+    // the loop, at every shape (comparisons; read at each launch).
+    a.wide_trigger_left =
+        env_int("VGRAPH_WIDE_LATE_TRIGGER", 1, 0, 1) == 0
+            ? -1
+            : env_int("VGRAPH_WIDE_TRIGGER_LEFT", t == nullptr ? 0 : t->trigger_left, 0, 1 << 16);
+    if (launch_gemv_wide<T, E>(a, stream)) return false;
+  }
   if (kernel != Kernel::kCudaCore) {
     // The QKV and residual-add (O, down) projections up to 8 tokens give each chunk of K a warp
     // where it fits (mma_warps: K of 5-16 chunks, SmolLM2-135M's QKV and O). On an H200
