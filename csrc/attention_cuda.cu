@@ -81,6 +81,7 @@ struct AttnParams {
   int num_heads, num_kv_heads, num_reqs, max_blocks, log2_block_size, num_parts, group;
   int min_chunk;                 // smallest partition, in positions (min_chunk())
   int one_part;                  // a context of at most this many positions is not split
+  int guess_blocks;              // load request t's first block ids with the lookup (1) or after
   float scale_log2;              // softmax scale * log2(e): scores live in log2 units
 };
 
@@ -353,6 +354,19 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
 
   // 1. Which request owns this token, and how many positions it attends to: metadata the host
   // copied before the step, so it is read before waiting for the previous kernel (PDL).
+  // With p.guess_blocks, the block ids of the first kStages iterations of partition 0 are loaded
+  // for request t in the same round trip as the lookup (a decode batch: request t owns token t),
+  // and used where the lookup agrees (step 2): the same addresses block_of reads, one dependent
+  // round trip fewer before the first copy.
+  int guess[kStages];
+  const bool guessing = p.guess_blocks != 0 && part == 0 && t < p.num_reqs;
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) {
+    const int col = (s * TPI + tl * U) >> p.log2_block_size;
+    guess[s] = guessing && col < p.max_blocks
+                   ? p.block_table[static_cast<int64_t>(t) * p.bt_stride + col]
+                   : 0;
+  }
   const int r = find_request(p.query_start_loc, p.seq_lens, p.num_reqs, t, s_meta);
   int ctx = 0, q_start = 0, ctx_old = 0;  // ctx_old: positions cached before this step
   if (r >= 0) {
@@ -424,8 +438,12 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const AttnPar
   // before the wait, overlapping the previous kernel's tail. (Positions from this step, in the
   // cache or in the K/V rows, are written by the previous kernels: after the wait.)
   int blk[kStages];
+  const bool guessed = guessing && r == t;  // part 0: start is 0, as the guess assumed
 #pragma unroll
-  for (int s = 0; s < kStages; ++s) blk[s] = block_of(s);  // independent loads, one round trip
+  for (int s = 0; s < kStages; ++s) {  // independent loads, one round trip (none if guessed)
+    const int pos0 = start + s * TPI + tl * U;
+    blk[s] = !guessed ? block_of(s) : (s < num_iters && pos0 < end ? guess[s] : 0);
+  }
   int early = 0;  // stages issued before the wait
   while (used > 0 && early < kStages - 1 && min(end, start + (early + 1) * TPI) <= ctx_old) {
     ++early;
@@ -788,6 +806,9 @@ void paged_attention_cuda(at::Tensor& out, const at::Tensor& query, at::Tensor& 
   p.group = static_cast<int>(s.num_heads / s.num_kv_heads);
   p.scale_log2 = static_cast<float>(scale) * 1.4426950408889634f;
   p.min_chunk = min_chunk();
+  // Request t's first block ids loaded with the request lookup (comparisons; read at each call,
+  // so a graph keeps what it was captured with).
+  p.guess_blocks = env_int("VGRAPH_ATTN_GUESS_BLOCKS", 0, 0, 1);
   if (fused_append) {
     p.key = key->data_ptr();
     p.value = value->data_ptr();

@@ -318,14 +318,18 @@ def test_cuda_decode_partitions(num_reqs: int, seq_len: int, max_blocks: int, ap
 @pytest.mark.parametrize("group_heads", ["1", "2", "4", "8"])
 @pytest.mark.parametrize("one_part_iters", ["0", "4"])
 @pytest.mark.parametrize(("kind", "head_dim"), [("decode", 64), ("mixed", 128)])
+@pytest.mark.parametrize("guess_blocks", ["0", "1"])
 def test_cuda_group_heads_and_one_part_switches(
-    monkeypatch, group_heads: str, one_part_iters: str, kind: str, head_dim: int
+    monkeypatch, group_heads: str, one_part_iters: str, kind: str, head_dim: int, guess_blocks: str
 ) -> None:
-    """Every query-head grouping the launcher can pick (VGRAPH_ATTN_GROUP_HEADS caps it) and
-    every split of short contexts (VGRAPH_ATTN_ONE_PART_ITERS=0 splits any context longer than
-    the smallest partition) give the reference's rows, with the append."""
+    """Every query-head grouping the launcher can pick (VGRAPH_ATTN_GROUP_HEADS caps it), every
+    split of short contexts (VGRAPH_ATTN_ONE_PART_ITERS=0 splits any context longer than the
+    smallest partition) and the block ids guessed with the request lookup or not
+    (VGRAPH_ATTN_GUESS_BLOCKS; a mixed batch's tokens mostly guess wrong) give the reference's
+    rows, with the append."""
     monkeypatch.setenv("VGRAPH_ATTN_GROUP_HEADS", group_heads)
     monkeypatch.setenv("VGRAPH_ATTN_ONE_PART_ITERS", one_part_iters)
+    monkeypatch.setenv("VGRAPH_ATTN_GUESS_BLOCKS", guess_blocks)
     reqs = BATCHES[kind] + [(1, 200), (1, 130)]
     b = make_batch(reqs, 8, head_dim, 16, torch.bfloat16, "cuda", seed=int(group_heads) + head_dim)
     kv_ref = b.kv_cache.clone()
@@ -347,6 +351,7 @@ def test_cuda_group_heads_and_one_part_switches(
         ("VGRAPH_ATTN_GROUP_HEADS", "0"),
         ("VGRAPH_ATTN_ONE_PART_ITERS", "x"),
         ("VGRAPH_ATTN_MIN_CHUNK", "24"),
+        ("VGRAPH_ATTN_GUESS_BLOCKS", "2"),
     ],
 )
 def test_cuda_switches_reject_bad_values(monkeypatch, name: str, value: str) -> None:

@@ -15,7 +15,9 @@ pack() { (cd $OUT && tar czf results.tgz r); }
 t0=$SECONDS; python3 -m vgraph.ext_build > $o/build.log 2>&1; echo "build rc=$? in $((SECONDS-t0)) s"; tail -1 $o/build.log
 t0=$SECONDS; timeout 60 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_decode_ops.py \
   -k "wide_switches or sends_norm or gathered or warp_per_chunk" > $o/tests_ops.log 2>&1
-echo "op tests rc=$? in $((SECONDS-t0)) s"; tail -1 $o/tests_ops.log; grep -E "^FAILED|^ERROR" $o/tests_ops.log | head -8; pack
+echo "op tests rc=$? in $((SECONDS-t0)) s"; tail -1 $o/tests_ops.log; grep -E "^FAILED|^ERROR" $o/tests_ops.log | head -8
+t0=$SECONDS; timeout 90 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_paged_attention.py > $o/tests_attn.log 2>&1
+echo "attention tests rc=$? in $((SECONDS-t0)) s"; tail -1 $o/tests_attn.log; grep -E "^FAILED|^ERROR" $o/tests_attn.log | head -8; pack
 ab() {  # name model batch iters variants...
   local name=$1 model=$2 b=$3 n=$4; shift 4
   t0=$SECONDS; VGRAPH_ENABLE_MULTIPROCESSING=0 timeout 60 python3 benchmarks/bench_decode_step_ab.py --out-dir $o/$name --models $model \
@@ -23,7 +25,10 @@ ab() {  # name model batch iters variants...
   echo "$name rc=$? in $((SECONDS-t0)) s"; grep -A9 "^decode step, median" $o/$name.log | grep "B="
   python3 $layer $o/$name/latency_*.json; pack
 }
-ab llama1 Llama-3.2-1B 1 400 fused env:VGRAPH_WIDE_TRIGGER_LEFT=0
+# attention's block ids guessed with the request lookup (VGRAPH_ATTN_GUESS_BLOCKS=1: one dependent
+# round trip fewer before its first copy)
+ab llama1 Llama-3.2-1B 1 400 fused env:VGRAPH_WIDE_TRIGGER_LEFT=0 env:VGRAPH_ATTN_GUESS_BLOCKS=1
+ab smol1 SmolLM2-135M 1 400 fused env:VGRAPH_ATTN_GUESS_BLOCKS=1
 ab smol16 SmolLM2-135M 16 400 fused env:VGRAPH_GEMV_GATHER_RESIDUAL=1
 # Llama-3.2-1B's O at 16 tokens (6.1 us a call on the tensor-core kernel for 8.4 MB): on cuBLAS
 # (its down projection is already), and alone on the wide kernel (from 9 tokens: the down
@@ -32,6 +37,9 @@ ab llama16 Llama-3.2-1B 16 400 fused env:VGRAPH_GEMV_MAX_TOKENS_RESIDUAL=8 env:V
 t0=$SECONDS; VGRAPH_ENABLE_MULTIPROCESSING=0 timeout 60 python3 benchmarks/bench_async_scheduling.py --models SmolLM2-135M Llama-3.2-1B \
   --batch-sizes 1 16 --capture-sizes 1 2 4 8 16 --rounds 5 --out $o/async.json > $o/async.log 2>&1
 echo "async loop rc=$? in $((SECONDS-t0)) s"; grep -A5 "^model" $o/async.log; pack
+t0=$SECONDS; VGRAPH_ATTN_GUESS_BLOCKS=1 VGRAPH_ENABLE_MULTIPROCESSING=0 timeout 60 python3 benchmarks/bench_async_scheduling.py \
+  --models SmolLM2-135M Llama-3.2-1B --batch-sizes 1 16 --capture-sizes 1 2 4 8 16 --rounds 5 --out $o/async_guess.json > $o/async_guess.log 2>&1
+echo "async loop, guessed block ids, rc=$? in $((SECONDS-t0)) s"; grep -A5 "^model" $o/async_guess.log; pack
 t0=$SECONDS; timeout 120 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_fused_decode_gpu.py > $o/tests_e2e.log 2>&1
 echo "e2e tests rc=$? in $((SECONDS-t0)) s"; tail -1 $o/tests_e2e.log; grep -E "^FAILED|^ERROR" $o/tests_e2e.log | head -8; pack
 cd $OUT && tar czf results.tgz r && rm -rf r
