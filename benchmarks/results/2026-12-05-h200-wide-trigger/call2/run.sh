@@ -26,8 +26,8 @@ ab() {  # name model batch iters variants...
   python3 $layer $o/$name/latency_*.json; pack
 }
 # attention's block ids guessed with the request lookup (VGRAPH_ATTN_GUESS_BLOCKS=1: one dependent
-# round trip fewer before its first copy)
-ab llama1 Llama-3.2-1B 1 400 fused env:VGRAPH_WIDE_TRIGGER_LEFT=0 env:VGRAPH_ATTN_GUESS_BLOCKS=1
+# round trip fewer before its first copy); the QKV on the wide kernel at one token too
+ab llama1 Llama-3.2-1B 1 400 fused env:VGRAPH_WIDE_TRIGGER_LEFT=0 env:VGRAPH_ATTN_GUESS_BLOCKS=1 env:VGRAPH_GEMV_WIDE_FROM_QKV=1
 ab smol1 SmolLM2-135M 1 400 fused env:VGRAPH_ATTN_GUESS_BLOCKS=1
 ab smol16 SmolLM2-135M 16 400 fused env:VGRAPH_GEMV_GATHER_RESIDUAL=1
 # Llama-3.2-1B's O at 16 tokens (6.1 us a call on the tensor-core kernel for 8.4 MB): on cuBLAS
