@@ -4,6 +4,9 @@
 # chunks left, SmolLM2-135M's O / down without staged loads at 9-16 tokens); the op tests; the
 # engine loop on the tree; greedy FULL = NONE with FULL's engine core in its own process. Between
 # the A/B and the loop: Llama-3.2-1B's O projection at 16 tokens on cuBLAS or the wide kernel.
+# Added in the twenty-third pass: attention's block ids guessed with its request lookup
+# (VGRAPH_ATTN_GUESS_BLOCKS=1; its op tests, in turns at 1 and 16, the engine loop), the QKV fused
+# at 16 with it, Llama-3.2-1B's QKV on the wide kernel at one token.
 d=$(dirname $0); o=$OUT/r; mkdir -p $o
 layer=$d/../../2026-12-04-h200-head-greedy/call1/layer.py
 exec > >(tee $o/summary.txt) 2>&1
@@ -33,7 +36,11 @@ ab smol16 SmolLM2-135M 16 400 fused env:VGRAPH_GEMV_GATHER_RESIDUAL=1
 # Llama-3.2-1B's O at 16 tokens (6.1 us a call on the tensor-core kernel for 8.4 MB): on cuBLAS
 # (its down projection is already), and alone on the wide kernel (from 9 tokens: the down
 # projection's fused limit is 8, so at 16 only the O moves)
-ab llama16 Llama-3.2-1B 16 400 fused env:VGRAPH_GEMV_MAX_TOKENS_RESIDUAL=8 env:VGRAPH_GEMV_WIDE_FROM_RESIDUAL=9
+# And the QKV fused at 16 on the tensor-core kernel once more, with the block ids guessed: in call 1
+# it took 9.7 us against the unfused 9.8, but the attention after it 8.5 against 7.3 (its CTAs find
+# no room beside the QKV's, so their lookups no longer overlap it)
+ab llama16 Llama-3.2-1B 16 400 fused env:VGRAPH_GEMV_MAX_TOKENS_RESIDUAL=8 env:VGRAPH_GEMV_WIDE_FROM_RESIDUAL=9 \
+  env:VGRAPH_ATTN_GUESS_BLOCKS=1 env:VGRAPH_ATTN_GUESS_BLOCKS=1,VGRAPH_GEMV_MAX_TOKENS_QKV=16,VGRAPH_GEMV_WIDE_FROM_QKV=17
 t0=$SECONDS; VGRAPH_ENABLE_MULTIPROCESSING=0 timeout 60 python3 benchmarks/bench_async_scheduling.py --models SmolLM2-135M Llama-3.2-1B \
   --batch-sizes 1 16 --capture-sizes 1 2 4 8 16 --rounds 5 --out $o/async.json > $o/async.log 2>&1
 echo "async loop rc=$? in $((SECONDS-t0)) s"; grep -A5 "^model" $o/async.log; pack
