@@ -37,7 +37,7 @@ ab smol16 SmolLM2-135M 16 400 fused env:VGRAPH_GEMV_GATHER_RESIDUAL=1
 # (its down projection is already), and alone on the wide kernel (from 9 tokens: the down
 # projection's fused limit is 8, so at 16 only the O moves)
 # And the QKV fused at 16 on the tensor-core kernel once more, with the block ids guessed: in call 1
-# it took 9.7 us against the unfused 9.8, but the attention after it 8.5 against 7.3 (its CTAs find
+# it took 9.7 us against the unfused 9.8, but the attention after it 8.5 against 7.3 (likely: its CTAs find
 # no room beside the QKV's, so their lookups no longer overlap it)
 ab llama16 Llama-3.2-1B 16 400 fused env:VGRAPH_GEMV_MAX_TOKENS_RESIDUAL=8 env:VGRAPH_GEMV_WIDE_FROM_RESIDUAL=9 \
   env:VGRAPH_ATTN_GUESS_BLOCKS=1 env:VGRAPH_ATTN_GUESS_BLOCKS=1,VGRAPH_GEMV_MAX_TOKENS_QKV=16,VGRAPH_GEMV_WIDE_FROM_QKV=17
