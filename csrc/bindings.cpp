@@ -79,11 +79,13 @@ TORCH_LIBRARY(vgraph_C, m) {
   // then neox RoPE on the q and k heads when positions / cos_sin_cache [max_position, head_size]
   // are given (rotary over whole heads). On CUDA the fused kernel reads the weights, the bias,
   // positions and cos_sin_cache before its PDL wait: none of them may be written by the kernels
-  // just before it on the stream (in the model they are weights and a step input).
+  // just before it on the stream (in the model they are weights and a step input). unit_norm:
+  // norm_weight is ones (the model folded the norm's weight into W), so the unfused path may
+  // scale the GEMM's output rows by 1 / rms instead of normalizing hidden in a kernel before it.
   m.def(
       "rms_norm_qkv_rope(Tensor(a!) qkv, Tensor hidden, Tensor norm_weight, float eps, "
       "Tensor weight, Tensor? bias, Tensor? positions, Tensor? cos_sin_cache, int head_size, "
-      "int num_heads, int num_kv_heads, int? max_gemv_tokens=None) -> ()");
+      "int num_heads, int num_kv_heads, int? max_gemv_tokens=None, bool unit_norm=False) -> ()");
   // out [num_tokens, I] = silu_and_mul(rms_norm(hidden) W^T), W [2 * I, K] = gate rows | up rows.
   m.def(
       "rms_norm_gate_up_silu(Tensor(a!) out, Tensor hidden, Tensor norm_weight, float eps, "

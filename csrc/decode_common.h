@@ -170,12 +170,22 @@ struct Unfused {
     linear_out(out, norm(hidden, norm_weight, eps), weight);
   }
 
+  // unit_norm (norm_weight is ones, its values folded into weight): for bfloat16 and float32 the
+  // GEMM takes hidden as it is and one kernel scales each row of its output by the row's
+  // 1 / rms, adds the bias and rotates (Ops::rms_scale_rope), where the norm had a kernel of its
+  // own before the GEMM. float16 keeps the norm first: un-normalized products may pass its range.
   static void rms_norm_qkv_rope(at::Tensor& qkv, const at::Tensor& hidden,
                                 const at::Tensor& norm_weight, double eps,
                                 const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                                 const std::optional<at::Tensor>& positions,
                                 const std::optional<at::Tensor>& cos_sin_cache, int64_t head_size,
-                                int64_t num_heads, int64_t num_kv_heads) {
+                                int64_t num_heads, int64_t num_kv_heads, bool unit_norm) {
+    if (unit_norm && hidden.scalar_type() != at::kHalf) {
+      at::mm_out(qkv, hidden, weight.t());
+      Ops::rms_scale_rope(qkv, hidden, eps, bias, positions, cos_sin_cache, head_size, num_heads,
+                          num_kv_heads);
+      return;
+    }
     const at::Tensor normed = norm(hidden, norm_weight, eps);
     if (bias) {
       at::addmm_out(qkv, *bias, normed, weight.t());

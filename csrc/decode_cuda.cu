@@ -387,15 +387,17 @@ void rms_norm_qkv_rope_cuda(at::Tensor& qkv, const at::Tensor& hidden,
                             const std::optional<at::Tensor>& positions,
                             const std::optional<at::Tensor>& cos_sin_cache, int64_t head_size,
                             int64_t num_heads, int64_t num_kv_heads,
-                            std::optional<int64_t> max_gemv_tokens) {
+                            std::optional<int64_t> max_gemv_tokens, bool unit_norm) {
   check_rms_norm_qkv_rope(qkv, hidden, norm_weight, weight, bias, positions, cos_sin_cache,
                           head_size, num_heads, num_kv_heads);
   if (hidden.size(0) == 0) return;
   const c10::cuda::CUDAGuard guard(hidden.device());
   if (!use_gemv(Epilogue::kQkvRope, hidden, weight, &norm_weight, max_gemv_tokens)) {
     return CudaPath::rms_norm_qkv_rope(qkv, hidden, norm_weight, eps, weight, bias, positions,
-                                       cos_sin_cache, head_size, num_heads, num_kv_heads);
+                                       cos_sin_cache, head_size, num_heads, num_kv_heads,
+                                       unit_norm);
   }
+  // The fused kernels multiply by norm_weight as they would by any weight (by ones: exact).
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   VGRAPH_DISPATCH_16BIT(hidden.scalar_type(), "rms_norm_qkv_rope_cuda", [&] {
     GemvArgs<scalar_t> a = base_args<scalar_t>(hidden, weight);

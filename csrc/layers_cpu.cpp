@@ -1,10 +1,12 @@
 // The fused layer ops on the CPU: rms_norm, fused_add_rms_norm, rotary_embedding, silu_and_mul,
-// embedding.
+// embedding; and rms_scale_rope, the unit-norm path of rms_norm_qkv_rope (layers.h; no op of its
+// own).
 // Plain loops over tokens (at::parallel_for), float32 math, rounded to the tensor dtype at the same
 // points as the torch code they replace (vgraph/layers/{layernorm,rotary,linear}.py), so the CUDA
 // kernels in layers_cuda.cu have a readable twin. The engine's CPU path keeps the torch code; these
 // exist for tests and for parity of semantics.
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -119,6 +121,59 @@ void rotary_embedding_cpu(const at::Tensor& positions, at::Tensor& query, at::Te
   });
 }
 
+// The unit-norm QKV path of rms_norm_qkv_rope (layers.h): row t of qkv (hidden W^T) times hidden
+// row t's 1 / rms, plus the bias, then the rotation of the first rope_heads heads when cos_sin
+// (the cache, [max_position, head_size]) is given; one rounding per value.
+void rms_scale_rope_cpu(at::Tensor& qkv, const at::Tensor& hidden, double eps,
+                        const std::optional<at::Tensor>& bias,
+                        const std::optional<at::Tensor>& positions,
+                        const std::optional<at::Tensor>& cos_sin_cache, int64_t head_size,
+                        int64_t num_heads, int64_t num_kv_heads) {
+  const int64_t num_tokens = qkv.size(0), n = qkv.size(1), k = hidden.size(1);
+  const int64_t half = head_size / 2, rope_heads = positions ? num_heads + num_kv_heads : 0;
+  at::Tensor pos;
+  if (positions) {
+    pos = positions->to(at::kLong);
+    const int64_t* p = pos.data_ptr<int64_t>();
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      TORCH_CHECK(p[t] >= 0 && p[t] < cos_sin_cache->size(0), "position ", p[t], " of token ", t,
+                  " is outside the cos_sin_cache [0, ", cos_sin_cache->size(0), ")");
+    }
+  }
+  const float eps32 = static_cast<float>(eps);
+  VGRAPH_DISPATCH_FLOAT_TYPES(qkv.scalar_type(), "rms_scale_rope_cpu", [&] {
+    const scalar_t* b = bias ? bias->data_ptr<scalar_t>() : nullptr;
+    at::parallel_for(0, num_tokens, 16, [&](int64_t begin, int64_t end) {
+      std::vector<float> y(n);
+      for (int64_t t = begin; t < end; ++t) {
+        const scalar_t* x = hidden.data_ptr<scalar_t>() + t * hidden.stride(0);
+        float sum_sq = 0.f;
+        for (int64_t i = 0; i < k; ++i) {
+          const float f = static_cast<float>(x[i]);
+          sum_sq += f * f;
+        }
+        const float inv_rms = 1.f / std::sqrt(sum_sq / static_cast<float>(k) + eps32);
+        scalar_t* row = qkv.data_ptr<scalar_t>() + t * qkv.stride(0);
+        for (int64_t i = 0; i < n; ++i) {
+          y[i] = static_cast<float>(row[i]) * inv_rms + (b ? static_cast<float>(b[i]) : 0.f);
+        }
+        const float* cos =
+            positions ? cos_sin_cache->data_ptr<float>() + pos.data_ptr<int64_t>()[t] * head_size
+                      : nullptr;
+        for (int64_t h = 0; h < rope_heads; ++h) {
+          float* v = y.data() + h * head_size;
+          for (int64_t i = 0; i < half; ++i) {
+            const float x1 = v[i], x2 = v[i + half];
+            v[i] = x1 * cos[i] - x2 * cos[half + i];
+            v[i + half] = x2 * cos[i] + x1 * cos[half + i];
+          }
+        }
+        for (int64_t i = 0; i < n; ++i) row[i] = round_to<scalar_t>(y[i]);
+      }
+    });
+  });
+}
+
 // out = silu(gate).to(dtype) * up: rounded where F.silu(gate) * up rounds, so it matches HF.
 void silu_and_mul_cpu(at::Tensor& out, const at::Tensor& input) {
   check_silu_and_mul(out, input);
@@ -167,6 +222,14 @@ void CpuOps::rotary_embedding(const at::Tensor& positions, at::Tensor& query, at
   rotary_embedding_cpu(positions, query, key, head_size, cos_sin_cache, is_neox);
 }
 void CpuOps::silu_and_mul(at::Tensor& out, const at::Tensor& input) { silu_and_mul_cpu(out, input); }
+void CpuOps::rms_scale_rope(at::Tensor& qkv, const at::Tensor& hidden, double eps,
+                            const std::optional<at::Tensor>& bias,
+                            const std::optional<at::Tensor>& positions,
+                            const std::optional<at::Tensor>& cos_sin_cache, int64_t head_size,
+                            int64_t num_heads, int64_t num_kv_heads) {
+  rms_scale_rope_cpu(qkv, hidden, eps, bias, positions, cos_sin_cache, head_size, num_heads,
+                     num_kv_heads);
+}
 
 }  // namespace vgraph
 

@@ -1,5 +1,6 @@
 // The fused layer ops on CUDA: rms_norm, fused_add_rms_norm, rotary_embedding, silu_and_mul,
-// embedding.
+// embedding; and rms_scale_rope, the unit-norm path of rms_norm_qkv_rope (layers.h; no op of its
+// own).
 // One kernel launch per op, one CTA per token; the grid is num_tokens and the CTA size depends
 // only on static sizes (hidden, heads), so a captured graph replays correctly for any contents of
 // its buffers. Nothing reads device data on the host. 16-byte vectors when the row width, strides
@@ -20,6 +21,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <optional>
 #include <type_traits>
 
 #include "common.h"
@@ -312,6 +314,160 @@ void rotary_embedding_cuda(const at::Tensor& positions, at::Tensor& query, at::T
   });
 }
 
+// ---- rms_scale_rope (rms_norm_qkv_rope's unit-norm path, layers.h) ---------------------------
+// One CTA per token. Items: VEC rotation pairs of one rope head (q, then k), then VEC values of
+// the rest of the row (v; the whole row without rope). Before the PDL wait only the position and
+// the cos / sin of the thread's first item (a step input and a constant, as in the rope kernel);
+// after it one round trip loads the thread's first hidden vector and first item together, the
+// CTA sums the squares, and every value is scaled, biased, rotated and rounded once (each
+// thread's first vector and item stay in registers: up to 1,024 threads a token, every shipped
+// config).
+template <typename scalar_t, typename pos_t, int VEC>
+__global__ void rms_scale_rope_kernel(
+    scalar_t* __restrict__ qkv,            // [num_tokens, n] (row stride qkv_stride)
+    const scalar_t* __restrict__ hidden,   // [num_tokens, k] (row stride hidden_stride)
+    const scalar_t* __restrict__ bias,     // [n] or nullptr
+    const pos_t* __restrict__ positions,   // [num_tokens] or nullptr (no rope)
+    const float* __restrict__ cos_sin_cache,  // [max_position, head_size]: cos | sin
+    int64_t qkv_stride, int64_t hidden_stride, int n, int k, int head_size, int rope_heads,
+    int max_position, float eps) {
+  using vec_t = Vec<scalar_t, VEC>;
+  const int64_t t = blockIdx.x;
+  const bool rope = positions != nullptr;
+  const int half = head_size / 2, chunks = half / VEC;  // rope items a head
+  const int rope_items = rope ? rope_heads * chunks : 0;
+  const int rest = rope ? rope_heads * head_size : 0;  // the first value of the plain items
+  const int items = rope_items + (n - rest) / VEC;
+  // Item i: its first value and, for a rope item, its column of cos / sin.
+  auto first_value = [&](int i) {
+    if (i < rope_items) {
+      const int head = i / chunks;
+      return head * head_size + (i - head * chunks) * VEC;
+    }
+    return rest + (i - rope_items) * VEC;
+  };
+  const float* cos_row = nullptr;
+  const int first = threadIdx.x;
+  float cos_first[VEC], sin_first[VEC];
+  if (rope) {
+    const int64_t pos = static_cast<int64_t>(positions[t]);
+    CUDA_KERNEL_ASSERT(pos >= 0 && pos < max_position);
+    cos_row = cos_sin_cache + pos * head_size;
+    if (first < rope_items) {
+      const int c = (first % chunks) * VEC;
+      load_floats<VEC>(cos_row + c, cos_first);
+      load_floats<VEC>(cos_row + half + c, sin_first);
+    }
+  }
+  pdl::launch_dependents();
+  pdl::wait();
+
+  scalar_t* row = qkv + t * qkv_stride;
+  const vec_t* x_row = reinterpret_cast<const vec_t*>(hidden + t * hidden_stride);
+  vec_t a_first{}, b_first{};
+  if (first < items) {
+    const int e = first_value(first);
+    a_first = *reinterpret_cast<const vec_t*>(row + e);
+    if (first < rope_items) b_first = *reinterpret_cast<const vec_t*>(row + e + half);
+  }
+  float sum_sq = 0.f;
+  for (int i = first; i < k / VEC; i += blockDim.x) {
+    const vec_t x = x_row[i];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const float f = static_cast<float>(x.v[j]);
+      sum_sq += f * f;
+    }
+  }
+  const float inv_rms = rsqrtf(block_sum(sum_sq) / static_cast<float>(k) + eps);
+
+  auto scaled = [&](const vec_t& v, int e, float (&y)[VEC]) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      y[j] = static_cast<float>(v.v[j]) * inv_rms + (bias ? static_cast<float>(bias[e + j]) : 0.f);
+    }
+  };
+  for (int i = first; i < items; i += blockDim.x) {
+    const int e = first_value(i);
+    const vec_t a = i == first ? a_first : *reinterpret_cast<const vec_t*>(row + e);
+    float y1[VEC];
+    scaled(a, e, y1);
+    vec_t out_a;
+    if (i < rope_items) {
+      const vec_t b = i == first ? b_first : *reinterpret_cast<const vec_t*>(row + e + half);
+      float y2[VEC], cos[VEC], sin[VEC];
+      scaled(b, e + half, y2);
+      if (i == first) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) cos[j] = cos_first[j], sin[j] = sin_first[j];
+      } else {
+        const int c = (i % chunks) * VEC;
+        load_floats<VEC>(cos_row + c, cos);
+        load_floats<VEC>(cos_row + half + c, sin);
+      }
+      vec_t out_b;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        out_a.v[j] = round_to<scalar_t>(y1[j] * cos[j] - y2[j] * sin[j]);
+        out_b.v[j] = round_to<scalar_t>(y2[j] * cos[j] + y1[j] * sin[j]);
+      }
+      *reinterpret_cast<vec_t*>(row + e + half) = out_b;
+    } else {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) out_a.v[j] = round_to<scalar_t>(y1[j]);
+    }
+    *reinterpret_cast<vec_t*>(row + e) = out_a;
+  }
+}
+
+void rms_scale_rope_cuda(at::Tensor& qkv, const at::Tensor& hidden, double eps,
+                         const std::optional<at::Tensor>& bias,
+                         const std::optional<at::Tensor>& positions,
+                         const std::optional<at::Tensor>& cos_sin_cache, int64_t head_size,
+                         int64_t num_heads, int64_t num_kv_heads) {
+  const int64_t num_tokens = qkv.size(0);
+  if (num_tokens == 0) return;
+  const c10::cuda::CUDAGuard guard(qkv.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const int n = static_cast<int>(qkv.size(1)), k = static_cast<int>(hidden.size(1));
+  const int rope_heads = positions ? static_cast<int>(num_heads + num_kv_heads) : 0;
+  const int half = static_cast<int>(head_size / 2);
+  VGRAPH_DISPATCH_FLOAT_TYPES(qkv.scalar_type(), "rms_scale_rope_cuda", [&] {
+    constexpr int kVec = 16 / sizeof(scalar_t);
+    const scalar_t* b = bias ? bias->data_ptr<scalar_t>() : nullptr;
+    const float* cache = cos_sin_cache ? cos_sin_cache->data_ptr<float>() : nullptr;
+    const bool vectorized = (rope_heads == 0 || half % kVec == 0) && n % kVec == 0 &&
+                            head_size % kVec == 0 && k % kVec == 0 && qkv.stride(0) % kVec == 0 &&
+                            hidden.stride(0) % kVec == 0 && aligned16(qkv.data_ptr()) &&
+                            aligned16(hidden.data_ptr()) && (b == nullptr || aligned16(b)) &&
+                            (cache == nullptr || aligned16(cache));
+    const int max_position = cos_sin_cache ? static_cast<int>(cos_sin_cache->size(0)) : 0;
+    auto launch = [&](auto kernel, int vec, auto* pos) {
+      const int64_t items = rope_heads * (half / vec) + (n - rope_heads * head_size) / vec;
+      launch_layer_kernel(kernel, num_tokens, threads_for(std::max<int64_t>(items, k / vec), 1024),
+                          stream, qkv.data_ptr<scalar_t>(), hidden.data_ptr<scalar_t>(), b, pos,
+                          cache, qkv.stride(0), hidden.stride(0), n, k,
+                          static_cast<int>(head_size), rope_heads, max_position,
+                          static_cast<float>(eps));
+    };
+    auto dispatch_vec = [&](auto* pos) {
+      using pos_t = std::remove_const_t<std::remove_pointer_t<decltype(pos)>>;
+      if (vectorized) {
+        launch(rms_scale_rope_kernel<scalar_t, pos_t, kVec>, kVec, pos);
+      } else {
+        launch(rms_scale_rope_kernel<scalar_t, pos_t, 1>, 1, pos);
+      }
+    };
+    if (!positions) {
+      dispatch_vec(static_cast<const int64_t*>(nullptr));
+    } else if (positions->scalar_type() == at::kLong) {
+      dispatch_vec(positions->data_ptr<int64_t>());
+    } else {
+      dispatch_vec(positions->data_ptr<int32_t>());
+    }
+  });
+}
+
 // ---- silu_and_mul -----------------------------------------------------------------------------
 // out = silu(gate).to(dtype) * up, rounded where F.silu(gate) * up rounds (matches HF's bf16).
 template <typename scalar_t, int VEC>
@@ -432,6 +588,14 @@ void CudaOps::rotary_embedding(const at::Tensor& positions, at::Tensor& query, a
   rotary_embedding_cuda(positions, query, key, head_size, cos_sin_cache, is_neox);
 }
 void CudaOps::silu_and_mul(at::Tensor& out, const at::Tensor& input) { silu_and_mul_cuda(out, input); }
+void CudaOps::rms_scale_rope(at::Tensor& qkv, const at::Tensor& hidden, double eps,
+                             const std::optional<at::Tensor>& bias,
+                             const std::optional<at::Tensor>& positions,
+                             const std::optional<at::Tensor>& cos_sin_cache, int64_t head_size,
+                             int64_t num_heads, int64_t num_kv_heads) {
+  rms_scale_rope_cuda(qkv, hidden, eps, bias, positions, cos_sin_cache, head_size, num_heads,
+                      num_kv_heads);
+}
 
 }  // namespace vgraph
 

@@ -20,8 +20,12 @@ TINY = dict(
 ARCHS = ("llama", "qwen2", "qwen3")
 
 
-def make_tiny_model(arch: str, folder: Path, seed: int = 0, **overrides: object) -> Path:
-    """Save a random `arch` model (safetensors + config.json) into folder; returns folder."""
+def make_tiny_model(
+    arch: str, folder: Path, seed: int = 0, norm_std: float | None = None, **overrides: object
+) -> Path:
+    """Save a random `arch` model (safetensors + config.json) into folder; returns folder.
+    norm_std: every norm weight drawn from N(1, norm_std) (by default only Qwen3's are, the rest
+    stay at transformers' ones)."""
     import transformers
 
     cfg_cls, model_cls = {
@@ -50,6 +54,8 @@ def make_tiny_model(arch: str, folder: Path, seed: int = 0, **overrides: object)
         for name, p in model.named_parameters():
             if "norm" not in name:
                 p.normal_(0.0, 0.08)
+            elif norm_std is not None:
+                p.normal_(1.0, norm_std)
             elif arch == "qwen3" or "bias" in name:
                 p.normal_(1.0, 0.1)
     model.save_pretrained(folder, safe_serialization=True)

@@ -151,6 +151,7 @@ def _register_fakes() -> None:
         num_heads,
         num_kv_heads,
         max_gemv_tokens=None,
+        unit_norm=False,
     ) -> None:
         return None
 

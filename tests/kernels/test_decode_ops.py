@@ -98,7 +98,9 @@ class Case:
         self.cache = rope.cos_sin_cache  # [MAX_POS, hd] float32
 
 
-def run_qkv(c: Case, max_tokens: int | None, bias: bool, rope: bool) -> torch.Tensor:
+def run_qkv(
+    c: Case, max_tokens: int | None, bias: bool, rope: bool, unit_norm: bool = False
+) -> torch.Tensor:
     qkv = torch.full(
         (c.hidden_x.shape[0], c.n_qkv),
         float("nan"),
@@ -108,6 +110,7 @@ def run_qkv(c: Case, max_tokens: int | None, bias: bool, rope: bool) -> torch.Te
     OPS.rms_norm_qkv_rope(
         qkv, c.hidden_x, c.norm_w, EPS, c.w_qkv, c.b_qkv if bias else None,
         c.positions if rope else None, c.cache if rope else None, c.hd, c.nh, c.nkv, max_tokens,
+        unit_norm=unit_norm,
     )  # fmt: skip
     return qkv
 
@@ -203,6 +206,34 @@ def test_ops_match_float32_reference(shape: str, num_tokens: int, device: str) -
             assert rel_err(run_linear_out(c, out_dtype, None), ref) < tol
             ref = norm_ref(c.hidden_x, c.norm_w) @ c.w_gu[:4096].float().T
             assert rel_err(run_norm_linear_out(c, out_dtype, None), ref) < tol
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("num_tokens", [1, 5, 16, 33])
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_qkv_unit_norm_matches_float32_reference(shape: str, num_tokens: int, device: str) -> None:
+    """unit_norm: the norm weight folded into the QKV weight (as the model's fold_qkv_norm does),
+    ones left. The op's unfused path (max_gemv_tokens=0; 33 tokens: past every GEMV) multiplies
+    each row of hidden W^T by 1 / rms, adds the bias and rotates in one kernel, in place of a norm
+    kernel before the GEMM; float16 keeps the norm first. Every path, the fused kernels (which
+    multiply by the ones) too, within the reference's tolerance, with bias and RoPE or neither;
+    on CUDA the unfused path within the path tolerance of the same op without unit_norm."""
+    for dtype in dtypes_for(device):
+        c = Case(shape, num_tokens, dtype, device)
+        c.w_qkv = (c.w_qkv.float() * c.norm_w.float()).to(dtype)
+        c.norm_w = torch.ones_like(c.norm_w)
+        for bias, rope in ((False, True), (True, True), (False, False)):
+            ref = ref_qkv(c, bias, rope)
+            for max_tokens in (0, None) if device == "cpu" else (0, None, 32):
+                out = run_qkv(c, max_tokens, bias, rope, unit_norm=True)
+                err = rel_err(out, ref)
+                assert err < REL_TOL[dtype], (dtype, bias, rope, max_tokens, err)
+            if device != "cpu":
+                normed_first = run_qkv(c, 0, bias, rope)
+                assert (
+                    rel_err(run_qkv(c, 0, bias, rope, unit_norm=True), normed_first)
+                    < (PATH_TOL[dtype])
+                )
 
 
 @pytest.mark.parametrize("device", [CUDA])

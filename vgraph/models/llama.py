@@ -77,6 +77,9 @@ class LlamaAttention(nn.Module):
             self.q_norm = RMSNorm(self.head_dim, eps)
             self.k_norm = RMSNorm(self.head_dim, eps)
         self.rotary_emb = rope  # one table shared by every layer
+        # Whether qkv_proj's weight carries the input norm's weight, the norm's being ones
+        # (LlamaForCausalLM.fold_qkv_norm): the fused op's unit_norm.
+        self.unit_norm = False
         self.attn = Attention(
             self.num_heads, self.head_dim, self.head_dim**-0.5, self.num_kv_heads, f"{prefix}.attn"
         )
@@ -112,6 +115,7 @@ class LlamaAttention(nn.Module):
             self.head_dim,
             self.num_heads,
             self.num_kv_heads,
+            unit_norm=self.unit_norm,
         )
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         if self.qk_norm:
@@ -238,6 +242,13 @@ class LlamaForCausalLM(nn.Module):
     # never widens them and the sampler works in float32 where it needs to (Sampler). On: float32
     # logits from the head (for comparisons).
     float32_logits = False
+    # After loading, each layer's input norm weight is multiplied into its QKV weight and the
+    # norm's set to ones (process_weights_after_loading): the same function, rounded once more in
+    # the weight. The fused QKV op then takes unit_norm, and where it runs cuBLAS (above its GEMV
+    # token threshold) one kernel scales the GEMM's rows by 1 / rms and applies RoPE after it, in
+    # place of a norm kernel before it and a RoPE kernel after. Off: the norm weight stays (for
+    # comparisons; the default until the GPU has measured it).
+    fold_qkv_norm = False
 
     def __init__(self, cfg: dict[str, Any]) -> None:
         super().__init__()
@@ -248,6 +259,20 @@ class LlamaForCausalLM(nn.Module):
         if not self.tie_word_embeddings:
             self.lm_head = ParallelLMHead(cfg["vocab_size"], cfg["hidden_size"])
         self.greedy_state: torch.Tensor | None = None  # the fused head's (_greedy_state)
+
+    @torch.no_grad()
+    def process_weights_after_loading(self) -> None:
+        """Called by load_model once the weights are in: folds each layer's input norm weight
+        into its QKV weight where fold_qkv_norm is on (each rank's QKV rows take the whole,
+        replicated norm weight)."""
+        if not self.fold_qkv_norm:
+            return
+        for layer in self.model.layers:
+            norm, attn = layer.input_layernorm, layer.self_attn
+            weight = attn.qkv_proj.weight  # [N, hidden]
+            weight.copy_(weight.float() * norm.weight.float())
+            norm.weight.fill_(1.0)
+            attn.unit_norm = True
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """input_ids, positions: [T] -> hidden states [T, hidden_size], for compute_logits (on the

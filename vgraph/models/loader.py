@@ -48,6 +48,9 @@ def load_model(config: ModelConfig, device: torch.device) -> nn.Module:
                 f"use load_format='dummy' for random weights"
             )
         load_safetensors(model, files)
+    after_loading = getattr(model, "process_weights_after_loading", None)
+    if after_loading is not None:
+        after_loading()  # e.g. weights folded or re-laid out for the kernels
     return model.eval()
 
 
