@@ -71,8 +71,12 @@ tree's rule gives the QKV and O projections one up to 8 tokens),
 `argmax_plain` (the argmax kernel after the LM head launched without PDL, as before 2026-12-04's
 eighteenth pass, VGRAPH_ARGMAX_PDL=0), `gather_off` (the GEMVs' activations loaded each where it
 is used, as before the nineteenth pass, not copied to shared memory a chunk at a time,
-VGRAPH_GEMV_GATHER=0). `env:NAME=VALUE,...` is a variant of its own: those VGRAPH_ switches
-(e.g. `env:VGRAPH_GEMV_GATHER_RESIDUAL=0`).
+VGRAPH_GEMV_GATHER=0), `qkv_norm_folded` (each layer's input norm weight folded into its QKV
+weight at load, the QKV op with unit_norm: above its GEMV threshold cuBLAS, then one kernel that
+scales by 1 / rms and rotates, in place of a norm kernel, cuBLAS and a rope kernel;
+LlamaForCausalLM.fold_qkv_norm on). `env:NAME=VALUE,...` is a variant of its own: those VGRAPH_
+switches (e.g. `env:VGRAPH_GEMV_GATHER_RESIDUAL=0`); `<variant>+env:NAME=VALUE,...` is a named
+variant with those switches added (e.g. `qkv_norm_folded+env:VGRAPH_ATTN_GUESS_BLOCKS=1`).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
 --context-len 1024; one mode); --out-dir gets one JSON per model and a summary.
 
@@ -173,6 +177,7 @@ VARIANTS = (
     "wpc_qkv_o",
     "argmax_plain",
     "gather_off",
+    "qkv_norm_folded",
     "wide_residual1",
     "wide_residual1_w4",
     "wide_w4",
@@ -263,12 +268,19 @@ VARIANT_ENV = {
 }
 
 
+def variant_base(variant: str) -> str:
+    """The named variant a variant builds on: `name` of `name+env:...`; "" for `env:...`."""
+    return variant.partition("+env:")[0] if not variant.startswith("env:") else ""
+
+
 def variant_env(variant: str) -> dict[str, str]:
-    """The switches a variant sets: its entry in VARIANT_ENV, or those it names (`env:A=1,B=2`)."""
-    if not variant.startswith("env:"):
-        return VARIANT_ENV.get(variant, {})
-    env = {}
-    for item in variant.removeprefix("env:").split(","):
+    """The switches a variant sets: its named part's entry in VARIANT_ENV, and those it names
+    (`env:A=1,B=2`, `name+env:A=1`)."""
+    env = dict(VARIANT_ENV.get(variant_base(variant), {}))
+    _, plus, named = variant.partition("env:")
+    if not plus:
+        return env
+    for item in named.split(","):
         name, eq, value = item.partition("=")
         if not (name.startswith("VGRAPH_") and eq and value):
             raise ValueError(f"variant {variant!r}: each item must be VGRAPH_<NAME>=<value>")
@@ -277,11 +289,15 @@ def variant_env(variant: str) -> dict[str, str]:
 
 
 def variant_name(text: str) -> str:
-    """--variants' type: a name of VARIANTS or an `env:` variant."""
+    """--variants' type: a name of VARIANTS, an `env:` variant, or `name+env:...`."""
     if text not in VARIANTS:
         try:
-            if not text.startswith("env:"):
-                raise ValueError(f"choose from {', '.join(VARIANTS)} or env:VGRAPH_<NAME>=<value>")
+            base = variant_base(text)
+            if base not in ("", *VARIANTS) or "env:" not in text:
+                raise ValueError(
+                    f"choose from {', '.join(VARIANTS)}, env:VGRAPH_<NAME>=<value> "
+                    "or <name>+env:VGRAPH_<NAME>=<value>"
+                )
             variant_env(text)
         except ValueError as e:
             raise argparse.ArgumentTypeError(f"invalid variant {text!r}: {e}") from None
@@ -292,31 +308,34 @@ def variant_name(text: str) -> str:
 def variant_switches(variant: str) -> Iterator[None]:
     """The class-level switches of a variant, set while its engine loads and captures: the model
     decides on the fused ops at its first forward, a captured graph keeps the attention form, a
-    runner reads its input-copy switch when built."""
+    runner reads its input-copy switch when built, the model folds its weights when loaded."""
     fused_ops, appends = LlamaModel.use_fused_ops, CsrcAttentionImpl.appends_kv
     copy_in_graph, norm_in_head = ModelRunner.full_graphs_copy_inputs, LlamaModel.final_norm_in_head
     head = LlamaForCausalLM
     greedy_in_head, float32_logits = head.greedy_in_head, head.float32_logits
-    env = variant_env(variant)
+    fold_qkv_norm = head.fold_qkv_norm
+    env, base = variant_env(variant), variant_base(variant)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    if variant == "torch":
+    if base == "torch":
         LlamaModel.use_fused_ops = lambda self, x: False
-    if variant == "no_append":
+    if base == "no_append":
         CsrcAttentionImpl.appends_kv = False
-    if variant == "copy_outside":
+    if base == "copy_outside":
         ModelRunner.full_graphs_copy_inputs = False
-    if variant == "norm_apart":
+    if base == "norm_apart":
         LlamaModel.final_norm_in_head = False
-    if variant == "greedy_apart":
+    if base == "greedy_apart":
         LlamaForCausalLM.greedy_in_head = False
-    if variant == "float32_logits":
+    if base == "float32_logits":
         LlamaForCausalLM.float32_logits = True
+    if base == "qkv_norm_folded":
+        LlamaForCausalLM.fold_qkv_norm = True
     cuda_op = vocab_embedding.use_cuda_op  # the embedding decides at its first call
-    if variant == "torch_embedding":
+    if base == "torch_embedding":
         vocab_embedding.use_cuda_op = lambda x, op: False
     blas = torch.backends.cuda.preferred_blas_library() if torch.cuda.is_available() else None
-    if variant == "blaslt" and blas is not None:
+    if base == "blaslt" and blas is not None:
         torch.backends.cuda.preferred_blas_library("cublaslt")
     try:
         yield
@@ -326,6 +345,7 @@ def variant_switches(variant: str) -> Iterator[None]:
         LlamaModel.final_norm_in_head = norm_in_head
         LlamaForCausalLM.greedy_in_head = greedy_in_head
         LlamaForCausalLM.float32_logits = float32_logits
+        LlamaForCausalLM.fold_qkv_norm = fold_qkv_norm
         vocab_embedding.use_cuda_op = cuda_op
         if blas is not None:
             torch.backends.cuda.preferred_blas_library(blas)

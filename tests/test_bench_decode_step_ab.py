@@ -28,7 +28,12 @@ def test_env_variants_parse_and_bad_ones_are_refused(bench):
     assert bench.variant_env("gather_off") == {"VGRAPH_GEMV_GATHER": "0"}
     assert bench.variant_env("fused") == {}
     assert bench.variant_name("env:VGRAPH_GEMV_GATHER_QKV=0") == "env:VGRAPH_GEMV_GATHER_QKV=0"
-    for bad in ("bogus", "env:", "env:PATH=/x", "env:VGRAPH_A", "env:VGRAPH_A="):
+    both = "gather_off+env:VGRAPH_A=1"  # a named variant with more switches
+    assert bench.variant_name(both) == both and bench.variant_base(both) == "gather_off"
+    assert bench.variant_env(both) == {"VGRAPH_GEMV_GATHER": "0", "VGRAPH_A": "1"}
+    assert bench.variant_base("env:VGRAPH_A=1") == ""
+    bad_ones = ("bogus+env:VGRAPH_A=1", "gather_off+", "gather_off+env:PATH=/x")
+    for bad in ("bogus", "env:", "env:PATH=/x", "env:VGRAPH_A", "env:VGRAPH_A=", *bad_ones):
         with pytest.raises(argparse.ArgumentTypeError, match="invalid variant"):
             bench.variant_name(bad)
 
