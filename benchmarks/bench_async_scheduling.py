@@ -65,11 +65,6 @@ def parse_args() -> argparse.Namespace:
         help="the LM head writes float32 logits, not logits in the model's dtype",
     )
     p.add_argument(
-        "--fold-qkv-norm",
-        action="store_true",
-        help="each layer's input norm weight folded into its QKV weight at load (unit_norm QKV op)",
-    )
-    p.add_argument(
         "--profile-steps",
         type=int,
         default=0,
@@ -140,7 +135,6 @@ def main() -> None:
     args = parse_args()
     LlamaForCausalLM.greedy_in_head = not args.greedy_apart
     LlamaForCausalLM.float32_logits = args.float32_logits
-    LlamaForCausalLM.fold_qkv_norm = args.fold_qkv_norm
     report: dict[str, Any] = {"environment": environment(), "args": vars(args), "models": {}}
     rows = []
     for model in args.models:

@@ -74,7 +74,7 @@ is used, as before the nineteenth pass, not copied to shared memory a chunk at a
 VGRAPH_GEMV_GATHER=0), `qkv_norm_folded` (each layer's input norm weight folded into its QKV
 weight at load, the QKV op with unit_norm: above its GEMV threshold cuBLAS, then one kernel that
 scales by 1 / rms and rotates, in place of a norm kernel, cuBLAS and a rope kernel;
-LlamaForCausalLM.fold_qkv_norm on). `env:NAME=VALUE,...` is a variant of its own: those VGRAPH_
+VGRAPH_FOLD_QKV_NORM=1). `env:NAME=VALUE,...` is a variant of its own: those VGRAPH_
 switches (e.g. `env:VGRAPH_GEMV_GATHER_RESIDUAL=0`); `<variant>+env:NAME=VALUE,...` is a named
 variant with those switches added (e.g. `qkv_norm_folded+env:VGRAPH_ATTN_GUESS_BLOCKS=1`).
 Arguments after `--` go to `vgraph bench step` (e.g. --modes FULL --batch-sizes 1 16
@@ -265,6 +265,7 @@ VARIANT_ENV = {
     "wpc_qkv_o": {"VGRAPH_MMA_WARP_PER_CHUNK_RESIDUAL": "1", "VGRAPH_MMA_WARP_PER_CHUNK_QKV": "1"},
     "argmax_plain": {"VGRAPH_ARGMAX_PDL": "0"},
     "gather_off": {"VGRAPH_GEMV_GATHER": "0"},
+    "qkv_norm_folded": {"VGRAPH_FOLD_QKV_NORM": "1"},
 }
 
 
@@ -308,12 +309,11 @@ def variant_name(text: str) -> str:
 def variant_switches(variant: str) -> Iterator[None]:
     """The class-level switches of a variant, set while its engine loads and captures: the model
     decides on the fused ops at its first forward, a captured graph keeps the attention form, a
-    runner reads its input-copy switch when built, the model folds its weights when loaded."""
+    runner reads its input-copy switch when built."""
     fused_ops, appends = LlamaModel.use_fused_ops, CsrcAttentionImpl.appends_kv
     copy_in_graph, norm_in_head = ModelRunner.full_graphs_copy_inputs, LlamaModel.final_norm_in_head
     head = LlamaForCausalLM
     greedy_in_head, float32_logits = head.greedy_in_head, head.float32_logits
-    fold_qkv_norm = head.fold_qkv_norm
     env, base = variant_env(variant), variant_base(variant)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -329,8 +329,6 @@ def variant_switches(variant: str) -> Iterator[None]:
         LlamaForCausalLM.greedy_in_head = False
     if base == "float32_logits":
         LlamaForCausalLM.float32_logits = True
-    if base == "qkv_norm_folded":
-        LlamaForCausalLM.fold_qkv_norm = True
     cuda_op = vocab_embedding.use_cuda_op  # the embedding decides at its first call
     if base == "torch_embedding":
         vocab_embedding.use_cuda_op = lambda x, op: False
@@ -345,7 +343,6 @@ def variant_switches(variant: str) -> Iterator[None]:
         LlamaModel.final_norm_in_head = norm_in_head
         LlamaForCausalLM.greedy_in_head = greedy_in_head
         LlamaForCausalLM.float32_logits = float32_logits
-        LlamaForCausalLM.fold_qkv_norm = fold_qkv_norm
         vocab_embedding.use_cuda_op = cuda_op
         if blas is not None:
             torch.backends.cuda.preferred_blas_library(blas)

@@ -65,3 +65,18 @@ def test_full_equals_none_on_the_fused_path(name: str, num_requests: int) -> Non
         for entry_none, entry_full in zip(steps_none, steps_full):
             for token_id in entry_none.keys() & entry_full.keys():
                 assert abs(entry_none[token_id].logprob - entry_full[token_id].logprob) < 0.05
+
+
+@pytest.mark.parametrize("num_requests", [5, 13])
+@pytest.mark.parametrize("name", ["Llama-3.2-1B", "Qwen3-0.6B"])
+def test_full_equals_none_with_the_qkv_norm_folded(
+    name: str, num_requests: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """VGRAPH_FOLD_QKV_NORM=1 (read at load, by the engine core's own process too): the QKV op's
+    unit_norm, whose unfused path (Llama-3.2-1B at 13-16 tokens, Qwen3-0.6B at 9-16) scales by
+    1 / rms after cuBLAS. FULL's greedy tokens equal NONE's."""
+    monkeypatch.setenv("VGRAPH_FOLD_QKV_NORM", "1")
+    tokens_none, _, fused_none = run(name, "NONE", num_requests, multiprocess=False)
+    tokens_full, _, _ = run(name, "FULL", num_requests, multiprocess=True)
+    assert fused_none == [(True, True)]
+    assert tokens_full == tokens_none

@@ -53,20 +53,19 @@ def test_fused_path_greedy_matches_transformers(
 def test_folded_qkv_norm_greedy_matches_transformers(
     arch: str, tiny_checkpoint, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """LlamaForCausalLM.fold_qkv_norm: after loading, each layer's input norm weight (drawn
+    """VGRAPH_FOLD_QKV_NORM=1: after loading, each layer's input norm weight (drawn
     around 1 here, so folding changes the weights) is multiplied into its QKV weight and set to
     ones, and the fused QKV op runs with unit_norm (on the CPU its unfused path: the GEMM on the
     raw residual, then each row times 1 / rms, the bias and RoPE in one pass). Greedy tokens still
     equal transformers' on the checkpoint's own weights."""
     from vgraph import LLM, SamplingParams
-    from vgraph.models.llama import LlamaForCausalLM
 
     folder = tiny_checkpoint(arch, norm_std=0.2)
     prompts = [[7], list(range(5, 14)), list(range(40, 73))]
     expected = hf_greedy(folder, prompts, 16)
 
     monkeypatch.setattr(LlamaModel, "use_fused_ops", lambda self, x: True)
-    monkeypatch.setattr(LlamaForCausalLM, "fold_qkv_norm", True)
+    monkeypatch.setenv("VGRAPH_FOLD_QKV_NORM", "1")
     llm = LLM(str(folder), device="cpu", multiprocess=False, cpu_kv_cache_bytes=1 << 24)
     params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
     outputs = llm.generate(prompts, params, use_tqdm=False)
@@ -77,6 +76,14 @@ def test_folded_qkv_norm_greedy_matches_transformers(
         assert torch.equal(norm_weight, torch.ones_like(norm_weight))
     assert [o.outputs[0].token_ids for o in outputs] == expected
     llm.shutdown()
+
+
+def test_fold_switch_refuses_a_bad_value(tiny_checkpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vgraph import LLM
+
+    monkeypatch.setenv("VGRAPH_FOLD_QKV_NORM", "yes")
+    with pytest.raises(ValueError, match="VGRAPH_FOLD_QKV_NORM must be 0 or 1, got 'yes'"):
+        LLM(str(tiny_checkpoint("llama")), device="cpu", multiprocess=False)
 
 
 def test_fused_head_writes_the_model_dtype_and_the_sampler_widens(

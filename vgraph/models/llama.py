@@ -19,6 +19,7 @@ into in place (the values of fused_add_rms_norm, one launch fewer per add):
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -44,6 +45,8 @@ from vgraph.layers.vocab_parallel_embedding import (
 
 # The fused head ops' greedy_state size (csrc/decode_common.h: kGreedyStateSize).
 GREEDY_STATE_SIZE = 2
+# 1: the input norms' weights folded into the QKV weights at load (process_weights_after_loading).
+FOLD_QKV_NORM_ENV = "VGRAPH_FOLD_QKV_NORM"
 
 # checkpoint name fragment -> (our fused parameter fragment, shard id)
 STACKED_PARAMS = {
@@ -78,7 +81,7 @@ class LlamaAttention(nn.Module):
             self.k_norm = RMSNorm(self.head_dim, eps)
         self.rotary_emb = rope  # one table shared by every layer
         # Whether qkv_proj's weight carries the input norm's weight, the norm's being ones
-        # (LlamaForCausalLM.fold_qkv_norm): the fused op's unit_norm.
+        # (LlamaForCausalLM.process_weights_after_loading): the fused op's unit_norm.
         self.unit_norm = False
         self.attn = Attention(
             self.num_heads, self.head_dim, self.head_dim**-0.5, self.num_kv_heads, f"{prefix}.attn"
@@ -242,13 +245,6 @@ class LlamaForCausalLM(nn.Module):
     # never widens them and the sampler works in float32 where it needs to (Sampler). On: float32
     # logits from the head (for comparisons).
     float32_logits = False
-    # After loading, each layer's input norm weight is multiplied into its QKV weight and the
-    # norm's set to ones (process_weights_after_loading): the same function, rounded once more in
-    # the weight. The fused QKV op then takes unit_norm, and where it runs cuBLAS (above its GEMV
-    # token threshold) one kernel scales the GEMM's rows by 1 / rms and applies RoPE after it, in
-    # place of a norm kernel before it and a RoPE kernel after. Off: the norm weight stays (for
-    # comparisons; the default until the GPU has measured it).
-    fold_qkv_norm = False
 
     def __init__(self, cfg: dict[str, Any]) -> None:
         super().__init__()
@@ -262,10 +258,18 @@ class LlamaForCausalLM(nn.Module):
 
     @torch.no_grad()
     def process_weights_after_loading(self) -> None:
-        """Called by load_model once the weights are in: folds each layer's input norm weight
-        into its QKV weight where fold_qkv_norm is on (each rank's QKV rows take the whole,
-        replicated norm weight)."""
-        if not self.fold_qkv_norm:
+        """Called by load_model once the weights are in. With VGRAPH_FOLD_QKV_NORM=1 each layer's
+        input norm weight is multiplied into its QKV weight (each rank's rows take the whole,
+        replicated norm weight) and set to ones: the same function, rounded once more in the
+        weight. The fused QKV op then takes unit_norm, and where it runs cuBLAS (above its GEMV
+        token threshold) one kernel scales the GEMM's rows by 1 / rms and applies RoPE after it,
+        in place of a norm kernel before it and a RoPE kernel after. 0 (the default until the
+        GPU has measured it) keeps the norm weight. An environment switch, so that an engine
+        core in its own process reads it too."""
+        value = os.environ.get(FOLD_QKV_NORM_ENV, "0")
+        if value not in ("0", "1"):
+            raise ValueError(f"{FOLD_QKV_NORM_ENV} must be 0 or 1, got {value!r}")
+        if value == "0":
             return
         for layer in self.model.layers:
             norm, attn = layer.input_layernorm, layer.self_attn
