@@ -15,6 +15,8 @@ into in place (the values of fused_add_rms_norm, one launch fewer per add):
   op, so one traced graph serves every size). The KV-cache write stays with the attention layer
   (the cache is no tensor of the traced model); the csrc backend does it in its attention launch.
   Elsewhere (the CPU) the torch code below, the oracle compared with transformers.
+With VGRAPH_FOLD_QKV_NORM=1 each layer's input norm weight is folded into its QKV weight when the
+model loads (process_weights_after_loading), and the QKV op knows its norm weight is ones.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Build a model on its device and fill its weights: from *.safetensors, or random ("dummy").
+"""Build a model on its device and fill its weights: from *.safetensors, or random ("dummy");
+then the model's process_weights_after_loading, if it has one, may fold or re-lay them.
 
 Parameters are created directly in the compute dtype on the target device (no float32 detour);
 buffers that must stay float32 (the RoPE table) say so themselves. With tensor parallelism each
@@ -50,7 +51,7 @@ def load_model(config: ModelConfig, device: torch.device) -> nn.Module:
         load_safetensors(model, files)
     after_loading = getattr(model, "process_weights_after_loading", None)
     if after_loading is not None:
-        after_loading()  # e.g. weights folded or re-laid out for the kernels
+        after_loading()
     return model.eval()
 
 
