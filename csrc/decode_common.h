@@ -46,9 +46,11 @@ void check_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tens
   TORCH_CHECK(out.device() == x.device(), "out is on ", out.device(), ", expected ", x.device());
 }
 
-// The LM head ops' greedy tokens: greedy int64 [num_tokens]; greedy_state (the CUDA kernel's
-// zeroed scratch, kGreedyStateSize int64: required on CUDA, ignored on the CPU).
-constexpr int64_t kGreedyStateSize = 2;  // a key, then a CTA count (GemvArgs::greedy_state)
+// The LM head ops' greedy tokens: greedy int64 [num_tokens]; greedy_state (the CUDA kernels'
+// zeroed scratch, kGreedyStateSize int64: required on CUDA, ignored on the CPU): a pair (a key,
+// then a CTA count) for each of up to kGreedyStateSize / 2 rows: the looping GEMV's at one token
+// (GemvArgs::greedy_state), the argmax kernel's atomic finish (argmax.h) for as many rows.
+constexpr int64_t kGreedyStateSize = 128;
 void check_greedy(const std::optional<at::Tensor>& greedy,
                   const std::optional<at::Tensor>& greedy_state, const at::Tensor& out) {
   if (!greedy) {

@@ -297,13 +297,16 @@ using CudaPath = Unfused<CudaOps>;
 // The unfused head (cuBLAS) with its greedy tokens: for a float32 out, cuBLAS's product in x's
 // dtype is widened into out by the argmax kernel's pass over it (no separate widening copy).
 void unfused_head_out(at::Tensor& out, const at::Tensor& x, const at::Tensor& weight,
-                      const std::optional<at::Tensor>& greedy) {
+                      const std::optional<at::Tensor>& greedy,
+                      const std::optional<at::Tensor>& greedy_state) {
   if (!greedy) return CudaPath::linear_out(out, x, weight);
+  const at::Tensor* state = greedy_state ? &*greedy_state : nullptr;
   if (out.scalar_type() == x.scalar_type()) {
     at::mm_out(out, x, weight.t());
-    return launch_argmax_rows(*greedy, out, nullptr);
+    return launch_argmax_rows(*greedy, out, nullptr, state);
   }
-  launch_argmax_rows(*greedy, at::mm(x, weight.t()), &out);  // rounded to x's dtype, then widened
+  // rounded to x's dtype, then widened
+  launch_argmax_rows(*greedy, at::mm(x, weight.t()), &out, state);
 }
 
 template <typename T>
@@ -322,7 +325,7 @@ void linear_out_cuda(at::Tensor& out, const at::Tensor& x, const at::Tensor& wei
   if (x.size(0) == 0 || weight.size(0) == 0) return;
   const c10::cuda::CUDAGuard guard(x.device());
   if (!use_gemv(Epilogue::kStore, x, weight, nullptr, max_gemv_tokens)) {
-    return unfused_head_out(out, x, weight, greedy);
+    return unfused_head_out(out, x, weight, greedy, greedy_state);
   }
   bool written = false;  // greedy, by the kernel's epilogue
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
@@ -334,7 +337,7 @@ void linear_out_cuda(at::Tensor& out, const at::Tensor& x, const at::Tensor& wei
     if (greedy) set_greedy(a, greedy, greedy_state);
     written = launch_fused<scalar_t, Epilogue::kStore>(a, (a.N + kRows - 1) / kRows, stream);
   });
-  if (greedy && !written) launch_argmax_rows(*greedy, out, nullptr);
+  if (greedy && !written) launch_argmax_rows(*greedy, out, nullptr, &*greedy_state);
 }
 
 void rms_norm_linear_out_cuda(at::Tensor& out, const at::Tensor& hidden,
@@ -347,7 +350,8 @@ void rms_norm_linear_out_cuda(at::Tensor& out, const at::Tensor& hidden,
   if (hidden.size(0) == 0 || weight.size(0) == 0) return;
   const c10::cuda::CUDAGuard guard(hidden.device());
   if (!use_gemv(Epilogue::kNormStore, hidden, weight, &norm_weight, max_gemv_tokens)) {
-    return unfused_head_out(out, CudaPath::norm(hidden, norm_weight, eps), weight, greedy);
+    return unfused_head_out(out, CudaPath::norm(hidden, norm_weight, eps), weight, greedy,
+                            greedy_state);
   }
   bool written = false;  // greedy, by the kernel's epilogue
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
@@ -361,7 +365,7 @@ void rms_norm_linear_out_cuda(at::Tensor& out, const at::Tensor& hidden,
     if (greedy) set_greedy(a, greedy, greedy_state);
     written = launch_fused<scalar_t, Epilogue::kNormStore>(a, (a.N + kRows - 1) / kRows, stream);
   });
-  if (greedy && !written) launch_argmax_rows(*greedy, out, nullptr);
+  if (greedy && !written) launch_argmax_rows(*greedy, out, nullptr, &*greedy_state);
 }
 
 void linear_add_residual_cuda(at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight,

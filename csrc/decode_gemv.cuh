@@ -18,6 +18,7 @@
 #include "cp_async.cuh"
 #include "decode_gemv.h"
 #include "device_info.cuh"
+#include "greedy_key.cuh"
 #include "pdl.cuh"
 
 namespace vgraph {
@@ -230,14 +231,7 @@ __device__ __forceinline__ void write_pair(const GemvArgs<T>& a, int m, int row0
 }
 
 // ---- greedy epilogue (the looping kernel's kStore / kNormStore with GemvArgs::greedy) ------------
-// A stored value and its row as one integer that orders like torch.argmax: NaN above every number,
-// -0 equal to +0, and among equal values the lowest row first (the row enters inverted), so the
-// token's greedy row is the largest key's; 0 is below every key (nothing yet).
-__device__ __forceinline__ unsigned long long greedy_key(float v, int row) {
-  const uint32_t b = __float_as_uint(v == 0.f ? 0.f : v);
-  const uint32_t ordered = isnan(v) ? 0xffffffffu : (b & 0x80000000u) ? ~b : b | 0x80000000u;
-  return static_cast<unsigned long long>(ordered) << 32 | (0xffffffffu - static_cast<uint32_t>(row));
-}
+// Keys: greedy_key (greedy_key.cuh), a stored value and its row.
 
 // The best key of a token's row pair: the stored values (rounded to T) of its valid rows.
 template <typename T>
@@ -273,7 +267,7 @@ __device__ __forceinline__ void greedy_finish(int64_t* greedy, unsigned long lon
   __syncthreads();
   if (threadIdx.x == 0 && s_last) {
     const unsigned long long k = atomicExch(state, 0ull);
-    *greedy = static_cast<int64_t>(0xffffffffu - static_cast<uint32_t>(k));
+    *greedy = greedy_index(k);
     atomicExch(state + 1, 0ull);
   }
 }

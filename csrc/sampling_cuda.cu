@@ -17,6 +17,7 @@
 
 #include <cooperative_groups.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -24,6 +25,7 @@
 #include "argmax.h"
 #include "common.h"
 #include "device_info.cuh"
+#include "greedy_key.cuh"
 #include "pdl.cuh"
 
 namespace vgraph {
@@ -125,7 +127,15 @@ void apply_logits_processors_cuda(at::Tensor& out, const at::Tensor& logits,
 // streams; a row's CTAs run their round trips side by side. At one row, torch's argmax takes
 // about 13 us for 49,152 entries, 28 us for 128,256 and 10 us for 151,936 on the H200, this kernel
 // 4.6, 5.5 and 5.4 us (argmax_parts).
+// With a state (the LM head ops' greedy_state: a zeroed [key, count] pair of int64 a row) and
+// VGRAPH_ARGMAX_ATOMIC=1 the row's CTAs form no cluster: CTAs of kArgmaxAtomicThreads threads,
+// one per 4,096 entries, each put their winner's key (greedy_key) into the row's key with a
+// global atomic max and count themselves done; the row's last CTA writes the row's index and
+// zeroes the pair. No cluster launch, no cluster barriers, and four times the CTAs for the same
+// row: Llama-3.2-1B's head took 5.3 us (one row) and 8.4 (16 rows) of exclusive time with the
+// clusters. Default off until measured on the GPU (benchmarks/results/2026-12-05-h200-fold-argmax/).
 constexpr int kArgmaxThreads = 1024;
+constexpr int kArgmaxAtomicThreads = 256;
 constexpr int kArgmaxMaxParts = 8;          // the portable cluster size
 constexpr int kArgmaxPerThread = 16;        // entries a thread scans before a row gets another CTA
 
@@ -178,12 +188,14 @@ __device__ __forceinline__ void load_quad(const TIn* p, float (&f)[4]) {
   for (int i = 0; i < 4; ++i) f[i] = static_cast<float>(e[i]);
 }
 
-// Grid (num_rows, parts); with parts > 1, launched as clusters of (1, parts, 1): a row's CTAs.
-// With `widened` (kWiden) each entry is also stored there as float32, in the same pass.
-template <typename TIn, bool kWiden>
-__global__ void __launch_bounds__(kArgmaxThreads)
+// Grid (num_rows, parts); with parts > 1 and no state, launched as clusters of (1, parts, 1): a
+// row's CTAs. With `widened` (kWiden) each entry is also stored there as float32, in the same
+// pass. THREADS: kArgmaxThreads (clusters) or kArgmaxAtomicThreads (state).
+template <typename TIn, bool kWiden, int THREADS>
+__global__ void __launch_bounds__(THREADS)
     argmax_rows_kernel(int64_t* __restrict__ out, const TIn* __restrict__ logits, int64_t stride,
-                       int vocab, bool vec4, float* __restrict__ widened, int64_t widened_stride) {
+                       int vocab, bool vec4, float* __restrict__ widened, int64_t widened_stride,
+                       unsigned long long* __restrict__ state) {
   pdl::wait();  // launched with PDL: the logits are the previous kernel's (the LM head's)
   const int row = blockIdx.x, part = blockIdx.y, parts = gridDim.y;
   const TIn* x = logits + row * stride;
@@ -194,7 +206,7 @@ __global__ void __launch_bounds__(kArgmaxThreads)
   ArgmaxBest best;
   if (vec4) {
 #pragma unroll 4
-    for (int j = begin + threadIdx.x; j < end; j += kArgmaxThreads) {
+    for (int j = begin + threadIdx.x; j < end; j += THREADS) {
       float f[4];
       load_quad(x + 4 * j, f);
       if constexpr (kWiden) {
@@ -205,27 +217,39 @@ __global__ void __launch_bounds__(kArgmaxThreads)
     }
   } else {
 #pragma unroll 4
-    for (int j = begin + threadIdx.x; j < end; j += kArgmaxThreads) {
+    for (int j = begin + threadIdx.x; j < end; j += THREADS) {
       const float f = static_cast<float>(x[j]);
       if constexpr (kWiden) w[j] = f;
       best.take(f, j);
     }
   }
   best.warp_reduce();
-  __shared__ float s_v[kArgmaxThreads / 32];
-  __shared__ int s_i[kArgmaxThreads / 32];
+  constexpr int kWarps = THREADS / 32;
+  __shared__ float s_v[kWarps];
+  __shared__ int s_i[kWarps];
   __shared__ float s_cta_v;  // this CTA's winner, read by the row's first CTA
   __shared__ int s_cta_i;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) s_v[warp] = best.v, s_i[warp] = best.i;
   __syncthreads();
   if (warp == 0) {
-    best.v = s_v[lane], best.i = s_i[lane];  // 32 warps: one entry per lane
+    best = ArgmaxBest();
+    if (lane < kWarps) best.v = s_v[lane], best.i = s_i[lane];  // one entry per lane
     best.warp_reduce();
     if (lane == 0 && parts == 1) out[row] = best.i;
     if (lane == 0) s_cta_v = best.v, s_cta_i = best.i;
+    if (lane == 0 && parts > 1 && state != nullptr) {  // the atomic finish (no cluster)
+      unsigned long long* key = state + 2 * row;
+      atomicMax(key, greedy_key(best.v, best.i));
+      __threadfence();  // the max is visible before this CTA counts itself done
+      const unsigned int done = atomicAdd(reinterpret_cast<unsigned int*>(key + 1), 1u);
+      if (done == static_cast<unsigned int>(parts - 1)) {
+        out[row] = greedy_index(atomicExch(key, 0ull));
+        atomicExch(key + 1, 0ull);
+      }
+    }
   }
-  if (parts == 1) return;  // uniform over the grid: no cluster
+  if (parts == 1 || state != nullptr) return;  // uniform over the grid: no cluster
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // the host launches parts > 1 on sm_90+ only
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   cluster.sync();  // every CTA's winner is written
@@ -257,12 +281,19 @@ int argmax_parts(int vocab, int64_t num_rows, const at::Tensor& logits) {
   return num_rows * parts <= num_sms(logits.get_device()) ? parts : 1;
 }
 
+// CTAs a row is cut into with a state: one per kArgmaxAtomicThreads * kArgmaxPerThread entries.
+int argmax_atomic_parts(int vocab) {
+  constexpr int kPerCta = kArgmaxAtomicThreads * kArgmaxPerThread;
+  return std::max(1, (vocab + kPerCta - 1) / kPerCta);
+}
+
 template <typename TIn, bool kWiden>
 void launch_argmax(const at::Tensor& out, const at::Tensor& logits, float* widened,
-                   int64_t widened_stride, bool vec4, int parts, cudaStream_t stream) {
+                   int64_t widened_stride, bool vec4, int parts, unsigned long long* state,
+                   cudaStream_t stream) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(logits.size(0)), parts);
-  cfg.blockDim = dim3(kArgmaxThreads);
+  cfg.blockDim = dim3(state != nullptr ? kArgmaxAtomicThreads : kArgmaxThreads);
   cfg.stream = stream;
   // Programmatic stream serialization (pdl.cuh): the CTAs may start while the LM head's last CTAs
   // run, instead of after a kernel boundary. VGRAPH_ARGMAX_PDL=0 launches plainly (comparisons;
@@ -274,28 +305,30 @@ void launch_argmax(const at::Tensor& out, const at::Tensor& logits, float* widen
     attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[cfg.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
   }
-  if (parts > 1) {
+  if (parts > 1 && state == nullptr) {
     attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
     attr[cfg.numAttrs].val.clusterDim.x = 1;
     attr[cfg.numAttrs].val.clusterDim.y = parts;
     attr[cfg.numAttrs++].val.clusterDim.z = 1;
   }
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, argmax_rows_kernel<TIn, kWiden>, out.data_ptr<int64_t>(),
+  auto kernel = state != nullptr ? argmax_rows_kernel<TIn, kWiden, kArgmaxAtomicThreads>
+                                 : argmax_rows_kernel<TIn, kWiden, kArgmaxThreads>;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, out.data_ptr<int64_t>(),
                                     static_cast<const TIn*>(logits.data_ptr()),
                                     static_cast<int64_t>(logits.stride(0)),
                                     static_cast<int>(logits.size(1)), vec4, widened,
-                                    widened_stride));
+                                    widened_stride, state));
 }
 
 void argmax_rows_cuda(at::Tensor& out, const at::Tensor& logits) {
   check_argmax_rows(out, logits);
-  launch_argmax_rows(out, logits, nullptr);
+  launch_argmax_rows(out, logits, nullptr, nullptr);
 }
 
 }  // namespace
 
-void launch_argmax_rows(const at::Tensor& out, const at::Tensor& logits,
-                        const at::Tensor* widened) {
+void launch_argmax_rows(const at::Tensor& out, const at::Tensor& logits, const at::Tensor* widened,
+                        const at::Tensor* state) {
   const int64_t num_rows = logits.size(0);
   if (num_rows == 0) return;
   TORCH_CHECK(num_rows < (1LL << 31), "argmax_rows: at most 2^31 - 1 rows, got ", num_rows);
@@ -318,13 +351,20 @@ void launch_argmax_rows(const at::Tensor& out, const at::Tensor& logits,
     w_stride = widened->stride(0);
     vec4 = vec4 && w_stride % 4 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
   }
-  const int parts = argmax_parts(vocab, num_rows, logits);
+  // The atomic finish where a state with a pair for every row is given and VGRAPH_ARGMAX_ATOMIC=1
+  // (read at each launch, so a graph keeps what it was captured with).
+  unsigned long long* st = nullptr;
+  if (state != nullptr && state->size(0) >= 2 * num_rows &&
+      env_int("VGRAPH_ARGMAX_ATOMIC", 0, 0, 1) == 1) {
+    st = reinterpret_cast<unsigned long long*>(state->data_ptr<int64_t>());
+  }
+  const int parts = st != nullptr ? argmax_atomic_parts(vocab) : argmax_parts(vocab, num_rows, logits);
   auto run = [&](auto tag) {
     using TIn = decltype(tag);
     if (w != nullptr) {
-      launch_argmax<TIn, true>(out, logits, w, w_stride, vec4, parts, stream);
+      launch_argmax<TIn, true>(out, logits, w, w_stride, vec4, parts, st, stream);
     } else {
-      launch_argmax<TIn, false>(out, logits, nullptr, 0, vec4, parts, stream);
+      launch_argmax<TIn, false>(out, logits, nullptr, 0, vec4, parts, st, stream);
     }
   };
   switch (logits.scalar_type()) {

@@ -683,7 +683,7 @@ def test_cuda_graph_chain_with_pdl_replays_new_inputs(
             assert torch.equal(got, ref)  # same kernels, same order: bit-equal
 
 
-GREEDY_STATE = 2  # csrc/decode_common.h: kGreedyStateSize
+GREEDY_STATE = 128  # csrc/decode_common.h: kGreedyStateSize
 
 
 def head_with_greedy(
@@ -715,17 +715,23 @@ def head_weight(rows: int, x: torch.Tensor, nan: bool) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("atomic", ["0", "1"])
 @pytest.mark.parametrize("num_tokens", [1, 2, 3, 16, 17])
 @pytest.mark.parametrize("shape", ["SmolLM2-135M", "Llama-3.2-1B", "odd"])
 def test_head_greedy_tokens_are_the_argmax_of_its_logits(
-    shape: str, num_tokens: int, device: str, monkeypatch: pytest.MonkeyPatch
+    shape: str, num_tokens: int, atomic: str, device: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """linear_out / rms_norm_linear_out with greedy: each token's index of its largest written
     logit, as torch.argmax picks it (ties to the lowest index across CTAs, NaN first), the
     logits bit-equal to the call without it, on every path: the looping CUDA-core kernel's
     epilogue (one token), the argmax after a CTA per row pair and after the tensor-core kernel,
-    cuBLAS with the widening argmax, 16-bit or float32 logits; twice in a row with other inputs
-    (the state is left zeroed)."""
+    cuBLAS with the widening argmax, 16-bit or float32 logits, the argmax's CTAs meeting in a
+    cluster or through the state's atomics (VGRAPH_ARGMAX_ATOMIC; 4,101 entries: two CTAs a
+    row, the tied rows and the NaN in different ones); twice in a row with other inputs (the
+    state is left zeroed)."""
+    if device == "cpu" and atomic == "1":
+        pytest.skip("the CPU takes torch.argmax")
+    monkeypatch.setenv("VGRAPH_ARGMAX_ATOMIC", atomic)
     c = Case(shape, num_tokens, torch.float32 if device == "cpu" else torch.bfloat16, device)
     state = None if device == "cpu" else torch.zeros(GREEDY_STATE, dtype=torch.int64, device=device)
     variants = [("", "", "", None)]
@@ -759,11 +765,16 @@ def test_head_greedy_tokens_are_the_argmax_of_its_logits(
 
 
 @pytest.mark.parametrize("device", [CUDA])
+@pytest.mark.parametrize("atomic", ["0", "1"])
 @pytest.mark.parametrize("num_tokens", [1, 16])
-def test_head_greedy_replays_in_a_cuda_graph(num_tokens: int, device: str) -> None:
+def test_head_greedy_replays_in_a_cuda_graph(
+    num_tokens: int, atomic: str, device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The final norm + LM head with its greedy tokens (SmolLM2-135M's vocabulary: the looping
-    CUDA-core kernel's epilogue at one token, cuBLAS and the widening argmax at 16) captured in a
-    CUDA graph and replayed with new inputs: each replay's tokens are its logits' argmax."""
+    CUDA-core kernel's epilogue at one token, cuBLAS and the widening argmax at 16, its CTAs in
+    a cluster or meeting through the state's atomics) captured in a CUDA graph and replayed with
+    new inputs: each replay's tokens are its logits' argmax."""
+    monkeypatch.setenv("VGRAPH_ARGMAX_ATOMIC", atomic)
     c = Case("SmolLM2-135M", num_tokens, torch.bfloat16, device)
     w = rand(49152, c.hidden, device=device, dtype=torch.bfloat16, seed=22, scale=c.hidden**-0.5)
     state = torch.zeros(GREEDY_STATE, dtype=torch.int64, device=device)
@@ -849,7 +860,7 @@ def test_bad_arguments_are_rejected() -> None:
                                 greedy=torch.empty(4, dtype=torch.int64))  # fmt: skip
     with pytest.raises(RuntimeError, match="greedy_state is given without greedy"):
         OPS.linear_out(logits, c.hidden_x, c.w_gu, greedy_state=torch.zeros(2, dtype=torch.int64))
-    with pytest.raises(RuntimeError, match="greedy_state must be a contiguous int64 \\[>= 2\\]"):
+    with pytest.raises(RuntimeError, match="greedy_state must be a contiguous int64 \\[>= 128\\]"):
         OPS.linear_out(logits, c.hidden_x, c.w_gu, greedy=torch.empty(3, dtype=torch.int64),
                        greedy_state=torch.zeros(1, dtype=torch.int64))  # fmt: skip
 

@@ -45,8 +45,8 @@ from vgraph.layers.vocab_parallel_embedding import (
     vocab_parallel_logits,
 )
 
-# The fused head ops' greedy_state size (csrc/decode_common.h: kGreedyStateSize).
-GREEDY_STATE_SIZE = 2
+# The fused head ops' greedy_state size (csrc/decode_common.h: kGreedyStateSize): a pair a row.
+GREEDY_STATE_SIZE = 128
 # 1: the input norms' weights folded into the QKV weights at load (process_weights_after_loading).
 FOLD_QKV_NORM_ENV = "VGRAPH_FOLD_QKV_NORM"
 
