@@ -806,15 +806,15 @@ def test_head_greedy_replays_in_a_cuda_graph(
 class Layer(torch.nn.Module):
     """The fused decoder-layer chain, as the model calls it, for torch.compile."""
 
-    def __init__(self, c: Case) -> None:
+    def __init__(self, c: Case, unit_norm: bool = False) -> None:
         super().__init__()
-        self.c = c
+        self.c, self.unit_norm = c, unit_norm
 
     def forward(self, positions: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         c, t = self.c, residual.shape[0]
         qkv = torch.empty(t, c.n_qkv, dtype=residual.dtype, device=residual.device)
         OPS.rms_norm_qkv_rope(qkv, residual, c.norm_w, EPS, c.w_qkv, c.b_qkv, positions, c.cache,
-                              c.hd, c.nh, c.nkv)  # fmt: skip
+                              c.hd, c.nh, c.nkv, unit_norm=self.unit_norm)  # fmt: skip
         OPS.linear_add_residual(residual, qkv[:, : c.nh * c.hd], c.w_o)
         act = torch.empty(t, c.inter, dtype=residual.dtype, device=residual.device)
         OPS.rms_norm_gate_up_silu(act, residual, c.norm_w, EPS, c.w_gu)
@@ -822,11 +822,14 @@ class Layer(torch.nn.Module):
         return residual
 
 
+@pytest.mark.parametrize("unit_norm", [False, True])
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
-def test_ops_trace_under_compile(backend: str) -> None:
+def test_ops_trace_under_compile(backend: str, unit_norm: bool) -> None:
     c = Case("odd", 5, torch.float32, "cpu")
-    ref = Layer(c)(c.positions, c.residual.clone())
-    compiled = torch.compile(Layer(c), fullgraph=True, backend=backend, dynamic=True)
+    if unit_norm:  # the weights a folded model passes
+        c.w_qkv, c.norm_w = c.w_qkv * c.norm_w, torch.ones_like(c.norm_w)
+    ref = Layer(c, unit_norm)(c.positions, c.residual.clone())
+    compiled = torch.compile(Layer(c, unit_norm), fullgraph=True, backend=backend, dynamic=True)
     torch.testing.assert_close(compiled(c.positions, c.residual.clone()), ref, rtol=0, atol=0)
 
 
@@ -839,9 +842,11 @@ def test_bad_arguments_are_rejected() -> None:
     with pytest.raises(RuntimeError, match="both or neither"):
         OPS.rms_norm_qkv_rope(qkv, c.hidden_x, c.norm_w, EPS, c.w_qkv, None, c.positions, None,
                               c.hd, c.nh, c.nkv)  # fmt: skip
-    with pytest.raises(RuntimeError, match="outside the cos_sin_cache"):
-        OPS.rms_norm_qkv_rope(qkv, c.hidden_x, c.norm_w, EPS, c.w_qkv, None,
-                              c.positions + MAX_POS, c.cache, c.hd, c.nh, c.nkv)  # fmt: skip
+    for unit_norm in (False, True):
+        with pytest.raises(RuntimeError, match="outside the cos_sin_cache"):
+            OPS.rms_norm_qkv_rope(qkv, c.hidden_x, c.norm_w, EPS, c.w_qkv, None,
+                                  c.positions + MAX_POS, c.cache, c.hd, c.nh, c.nkv,
+                                  unit_norm=unit_norm)  # fmt: skip
     with pytest.raises(RuntimeError, match="out must be"):
         OPS.rms_norm_gate_up_silu(torch.empty(3, 7), c.hidden_x, c.norm_w, EPS, c.w_gu)
     with pytest.raises(RuntimeError, match="residual must be"):
