@@ -61,8 +61,8 @@ TORCH_LIBRARY(vgraph_C, m) {
   // out [num_tokens, N] = x W^T, in x's dtype or float32 (logits: rounded to x's dtype first).
   // With greedy (int64 [num_tokens]) also each token's argmax of out, torch.argmax's choice, so
   // the head of a graph hands back its greedy tokens; on CUDA in the looping one-token GEMV's
-  // epilogue (greedy_state: int64 [2], zeroed once, its scratch), else by an argmax kernel after
-  // the GEMV or in the pass that widens cuBLAS's output.
+  // epilogue (greedy_state: int64 [128], zeroed once, its scratch: a (key, count) pair a row),
+  // else by an argmax kernel after the GEMV or in the pass that widens cuBLAS's output.
   m.def(
       "linear_out(Tensor(a!) out, Tensor x, Tensor weight, int? max_gemv_tokens=None, "
       "Tensor(b!)? greedy=None, Tensor(c!)? greedy_state=None) -> ()");

@@ -74,7 +74,7 @@ struct GemvArgs {
   bool gather_x = true;
   // kStore / kNormStore at one token on the looping CUDA-core kernel: the token's greedy row (the
   // index of its largest stored value, torch.argmax's choice) into greedy [1], or nullptr for none.
-  // greedy_state [2], zero between launches: the best key so far (greedy_key), then the count of
+  // greedy_state [>= 2], zero between launches: the best key so far (greedy_key), then the count of
   // CTAs done; the last CTA writes greedy and zeroes both again.
   int64_t* greedy = nullptr;
   unsigned long long* greedy_state = nullptr;
