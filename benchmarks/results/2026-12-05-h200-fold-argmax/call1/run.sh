@@ -6,7 +6,8 @@
 # cluster (VGRAPH_ARGMAX_ATOMIC=1). Their op tests on the GPU, steps in turns (Llama-3.2-1B at 1
 # and 16, with attention's guessed block ids too; SmolLM2-135M and Qwen3-0.6B at 16), the engine
 # loop on the tree and with both on, greedy FULL = NONE with the fold on and FULL's engine core
-# in its own process. About 300 s; timeout 480.
+# in its own process; then each GEMV kernel's fixed cost a call against its streaming rate
+# (fit.py). About 340 s; timeout 480.
 d=$(dirname $0); o=$OUT/r; mkdir -p $o
 layer=$d/../../2026-12-04-h200-head-greedy/call1/layer.py
 exec > >(tee $o/summary.txt) 2>&1
@@ -42,4 +43,7 @@ for both in 0 1; do
 done
 t0=$SECONDS; timeout 150 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_fused_decode_gpu.py -k folded > $o/tests_e2e.log 2>&1
 echo "e2e tests rc=$? in $((SECONDS-t0)) s"; tail -1 $o/tests_e2e.log; grep -E "^FAILED|^ERROR" $o/tests_e2e.log | head -8; pack
+# The GEMV kernels' fixed cost a call and streaming rate (gate/up-like and down-like shapes)
+t0=$SECONDS; timeout 120 python3 $d/fit.py $o/fit.json > $o/fit.log 2>&1
+echo "fit rc=$? in $((SECONDS-t0)) s"; cat $o/fit.log | tail -12; pack
 cd $OUT && tar czf results.tgz r && rm -rf r
