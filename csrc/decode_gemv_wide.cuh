@@ -13,13 +13,14 @@
 // CTA rank r takes K range [r K / S, (r + 1) K / S), its warps' partial tiles meet through
 // distributed shared memory, and the cluster's CTAs share the epilogue.
 //
-// Order of work. Before `griddepcontrol.wait`: each warp's first kWideStages - 1 weight chunks,
+// Order of work (D: the ring's stages, kWideStages or deeper: launch_wide_nt). Before
+// `griddepcontrol.wait`: each warp's first D - 1 weight chunks,
 // by cp.async into the warp's ring in shared memory (the weights stream while the previous kernel
 // finishes; a ring in registers held too few bytes in flight), the norm weight of the CTA's K range
 // (cp.async) and the epilogue's step constants (bias, cos / sin). After it: the CTA's activations,
 // once, by cp.async into shared memory (rows padded by 64 bytes, so the fragment loads below hit 32
 // distinct banks per quarter warp), and the residual values the epilogue adds. Each warp's loop
-// refills its ring kWideStages - 1 chunks ahead, waits for the chunk it takes and runs the chunk's
+// refills its ring D - 1 chunks ahead, waits for the chunk it takes and runs the chunk's
 // mma steps on the staged activations. Only after the loop (`griddepcontrol.launch_dependents`)
 // may the next kernel's CTAs start: let in at once, they took SM slots and HBM bandwidth from the
 // loop, and Llama-3.2-1B's decode step with gate/up on this kernel was 1-75 us slower at 2-16
@@ -48,16 +49,19 @@ namespace gemv {
 
 constexpr int kWideMaxWarps = 8;  // tiles per CTA
 constexpr int kWideStages = 8;    // a warp's weight ring: chunks; kWideStages - 1 in flight at once
+// Deeper rings where shared memory allows (wide_stages): 11 stages at up to 8 tokens, 9 at 9-16,
+// for Llama-3.2-1B's gate/up (K = 2,048, unsplit), 10 and 8 chunks in flight a warp.
+constexpr int kWideDeepStages1 = 11, kWideDeepStages2 = 9;
 constexpr int kWideStageVecs = 2 * kMmaVecs * 32;  // 16-byte vectors of a stage: 2 rows, 32 lanes
 constexpr int kWideMaxSplit = 8;  // CTAs of a cluster: the portable cluster size
 constexpr int kWidePad = 32;      // elements after each staged activation row (64 bytes)
 constexpr int kWideSmemMax = 220 * 1024;  // dynamic shared memory a launch may use
 
-// Grid (S, blocks); cluster (S, 1, 1) when S > 1. NT: 8-token column tiles (1, 2 or 4).
-template <typename T, int NT, Epilogue E>
+// Grid (S, blocks); cluster (S, 1, 1) when S > 1. NT: 8-token column tiles (1, 2 or 4). D: the
+// ring's stages.
+template <typename T, int NT, Epilogue E, int D>
 __global__ void __launch_bounds__(kWideMaxWarps * 32) gemv_wide_kernel(const GemvArgs<T> a) {
   constexpr bool kNorm = has_norm(E);
-  constexpr int D = kWideStages;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, num_warps = blockDim.x / 32;
   const int g = lane / 4, q = lane % 4;
   const int S = gridDim.x, rank = blockIdx.x;
@@ -277,12 +281,13 @@ __global__ void __launch_bounds__(kWideMaxWarps * 32) gemv_wide_kernel(const Gem
 }
 
 
-// Dynamic shared memory of a launch of NT column tiles over a K range of kc, W warps.
+// Dynamic shared memory of a launch of NT column tiles over a K range of kc, W warps, a ring of
+// `stages` chunks a warp.
 template <typename T, Epilogue E>
-size_t wide_smem(int nt, int kc, int warps, int split) {
+size_t wide_smem(int nt, int kc, int warps, int split, int stages) {
   return static_cast<size_t>(nt) * 8 * (kc + kWidePad) * sizeof(T) +
          (has_norm(E) ? static_cast<size_t>(kc) * sizeof(T) : 0) +
-         static_cast<size_t>(warps) * kWideStages * kWideStageVecs * 16 +
+         static_cast<size_t>(warps) * stages * kWideStageVecs * 16 +
          (split > 1 ? static_cast<size_t>(warps) * nt * 4 * 32 * sizeof(float) : 0);
 }
 
@@ -302,13 +307,13 @@ struct WideShape {
 // memory does not fit makes the kernel decline the call (split 0).
 constexpr int kWideMinChunks = 4;
 template <typename T, Epilogue E>
-WideShape wide_shape(const GemvArgs<T>& a, int nt) {
+WideShape wide_shape(const GemvArgs<T>& a, int nt, int stages = kWideStages) {
   const int tiles = mma_tiles<T, E>(a), chunks = a.K / kMmaK, sms = num_sms();
   int warps = env_int("VGRAPH_WIDE_WARPS", 0, 1, kWideMaxWarps);
   const bool forced_warps = warps > 0;
   if (!forced_warps) warps = kWideMaxWarps;
   auto fits = [&](int s) {
-    return chunks % s == 0 && wide_smem<T, E>(nt, a.K / s, warps, s) <= kWideSmemMax;
+    return chunks % s == 0 && wide_smem<T, E>(nt, a.K / s, warps, s, stages) <= kWideSmemMax;
   };
   int split = env_int("VGRAPH_WIDE_SPLIT", 0, 1, kWideMaxSplit);
   if (split > 0) {
@@ -340,12 +345,11 @@ bool wide_fits(const GemvArgs<T>& a) {
   return wide_shape<T, E>(a, nt).split > 0;
 }
 
-template <typename T, int NT, Epilogue E>
-void launch_wide_nt(const GemvArgs<T>& a, cudaStream_t stream) {
-  const WideShape w = wide_shape<T, E>(a, NT);
+template <typename T, int NT, Epilogue E, int D>
+void launch_wide(const GemvArgs<T>& a, const WideShape& w, cudaStream_t stream) {
   const int tiles = mma_tiles<T, E>(a), blocks = (tiles + w.warps - 1) / w.warps;
-  const size_t smem = wide_smem<T, E>(NT, a.K / w.split, w.warps, w.split);
-  C10_CUDA_CHECK(cudaFuncSetAttribute(gemv_wide_kernel<T, NT, E>,
+  const size_t smem = wide_smem<T, E>(NT, a.K / w.split, w.warps, w.split, D);
+  C10_CUDA_CHECK(cudaFuncSetAttribute(gemv_wide_kernel<T, NT, E, D>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(smem)));
   cudaLaunchAttribute attr[2];
@@ -358,7 +362,26 @@ void launch_wide_nt(const GemvArgs<T>& a, cudaStream_t stream) {
     attr[1].val.clusterDim.z = 1;
     cfg.numAttrs = 2;
   }
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_wide_kernel<T, NT, E>, a));
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_wide_kernel<T, NT, E, D>, a));
+}
+
+// The ring's depth: kWideStages, or with VGRAPH_WIDE_STAGES=n (8-11; comparisons, read at each
+// launch) the deepest ring instantiated for the column tiles (11 stages for one, 9 for two) of at
+// most n stages whose shared memory fits the launch's split. Default 8 until measured on the GPU
+// (benchmarks/results/2026-12-05-h200-fold-argmax/): the kernel keeps 7 chunks of 2 KiB a warp in
+// flight, 14.7 MB over Llama-3.2-1B's gate/up grid, where the CUDA-core GEMV's preloads hold about
+// twice that; a deeper ring would tell whether the wide kernel's rate is bound by it.
+template <typename T, int NT, Epilogue E>
+void launch_wide_nt(const GemvArgs<T>& a, cudaStream_t stream) {
+  const int want = env_int("VGRAPH_WIDE_STAGES", kWideStages, kWideStages, kWideDeepStages1);
+  constexpr int kDeep = NT == 1 ? kWideDeepStages1 : NT == 2 ? kWideDeepStages2 : kWideStages;
+  if constexpr (kDeep > kWideStages) {
+    if (want >= kDeep) {
+      const WideShape deep = wide_shape<T, E>(a, NT, kDeep);
+      if (deep.split > 0) return launch_wide<T, NT, E, kDeep>(a, deep, stream);
+    }
+  }
+  launch_wide<T, NT, E, kWideStages>(a, wide_shape<T, E>(a, NT), stream);
 }
 
 template <typename T, Epilogue E>
