@@ -22,6 +22,9 @@ out = sys.argv[1] if len(sys.argv) > 1 else "fit.json"
 
 
 def timed(kernel: str, n: int, k: int, tokens: int, op: str) -> float:
+    # "wide_deep": the wide kernel's deeper ring (VGRAPH_WIDE_STAGES=11: 11 stages, 9 at 16 tokens)
+    os.environ["VGRAPH_WIDE_STAGES"] = "11" if kernel == "wide_deep" else ""
+    kernel = kernel.removesuffix("_deep")
     os.environ["VGRAPH_GEMV"] = "" if kernel == "cublas" else kernel
     max_tokens = 0 if kernel == "cublas" else 32
     g = torch.Generator(device="cuda").manual_seed(n + k)
@@ -52,7 +55,11 @@ def timed(kernel: str, n: int, k: int, tokens: int, op: str) -> float:
 
 rows = []
 for op, sizes, kernels in (
-    ("gate_up", [(n, K) for n in (4096, 8192, 16384, 32768)], ("wide", "cuda_core", "cublas")),
+    (
+        "gate_up",
+        [(n, K) for n in (4096, 8192, 16384, 32768)],
+        ("wide", "wide_deep", "cuda_core", "cublas"),
+    ),
     ("down", [(2048, k) for k in (2048, 4096, 8192, 16384)], ("cuda_core", "mma", "cublas")),
 ):
     for tokens in (1, 16):
