@@ -133,7 +133,8 @@ void apply_logits_processors_cuda(at::Tensor& out, const at::Tensor& logits,
 // global atomic max and count themselves done; the row's last CTA writes the row's index and
 // zeroes the pair. No cluster launch, no cluster barriers, and four times the CTAs for the same
 // row: Llama-3.2-1B's head took 5.3 us (one row) and 8.4 (16 rows) of exclusive time with the
-// clusters. Default off until measured on the GPU (benchmarks/results/2026-12-05-h200-fold-argmax/).
+// clusters. Default off until measured on the GPU
+// (benchmarks/results/2026-12-05-h200-fold-argmax/).
 constexpr int kArgmaxThreads = 1024;
 constexpr int kArgmaxAtomicThreads = 256;
 constexpr int kArgmaxMaxParts = 8;          // the portable cluster size
@@ -358,7 +359,8 @@ void launch_argmax_rows(const at::Tensor& out, const at::Tensor& logits, const a
       env_int("VGRAPH_ARGMAX_ATOMIC", 0, 0, 1) == 1) {
     st = reinterpret_cast<unsigned long long*>(state->data_ptr<int64_t>());
   }
-  const int parts = st != nullptr ? argmax_atomic_parts(vocab) : argmax_parts(vocab, num_rows, logits);
+  const int parts =
+      st != nullptr ? argmax_atomic_parts(vocab) : argmax_parts(vocab, num_rows, logits);
   auto run = [&](auto tag) {
     using TIn = decltype(tag);
     if (w != nullptr) {
