@@ -93,18 +93,24 @@ void rotate_heads(scalar_t* row, int64_t num_heads, int64_t head_size, int64_t h
   }
 }
 
+// positions as int64, each checked against the cos / sin table's rows.
+at::Tensor checked_positions(const at::Tensor& positions, int64_t max_position) {
+  at::Tensor pos = positions.to(at::kLong);
+  const int64_t* p = pos.data_ptr<int64_t>();
+  for (int64_t t = 0; t < pos.size(0); ++t) {
+    TORCH_CHECK(p[t] >= 0 && p[t] < max_position, "position ", p[t], " of token ", t,
+                " is outside the cos_sin_cache [0, ", max_position, ")");
+  }
+  return pos;
+}
+
 void rotary_embedding_cpu(const at::Tensor& positions, at::Tensor& query, at::Tensor& key,
                           int64_t head_size, const at::Tensor& cos_sin_cache, bool is_neox) {
   const int64_t rot_dim =
       check_rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox);
   const int64_t num_tokens = query.size(0), half = rot_dim / 2;
-  const int64_t max_position = cos_sin_cache.size(0);
-  const at::Tensor pos = positions.to(at::kLong);
+  const at::Tensor pos = checked_positions(positions, cos_sin_cache.size(0));
   const int64_t* p = pos.data_ptr<int64_t>();
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    TORCH_CHECK(p[t] >= 0 && p[t] < max_position, "position ", p[t], " of token ", t,
-                " is outside the cos_sin_cache [0, ", max_position, ")");
-  }
   const float* cache = cos_sin_cache.data_ptr<float>();
   VGRAPH_DISPATCH_FLOAT_TYPES(query.scalar_type(), "rotary_embedding_cpu", [&] {
     scalar_t* q = query.data_ptr<scalar_t>();
@@ -131,15 +137,8 @@ void rms_scale_rope_cpu(at::Tensor& qkv, const at::Tensor& hidden, double eps,
                         int64_t num_heads, int64_t num_kv_heads) {
   const int64_t num_tokens = qkv.size(0), n = qkv.size(1), k = hidden.size(1);
   const int64_t half = head_size / 2, rope_heads = positions ? num_heads + num_kv_heads : 0;
-  at::Tensor pos;
-  if (positions) {
-    pos = positions->to(at::kLong);
-    const int64_t* p = pos.data_ptr<int64_t>();
-    for (int64_t t = 0; t < num_tokens; ++t) {
-      TORCH_CHECK(p[t] >= 0 && p[t] < cos_sin_cache->size(0), "position ", p[t], " of token ", t,
-                  " is outside the cos_sin_cache [0, ", cos_sin_cache->size(0), ")");
-    }
-  }
+  const at::Tensor pos =
+      positions ? checked_positions(*positions, cos_sin_cache->size(0)) : at::Tensor();
   const float eps32 = static_cast<float>(eps);
   VGRAPH_DISPATCH_FLOAT_TYPES(qkv.scalar_type(), "rms_scale_rope_cpu", [&] {
     const scalar_t* b = bias ? bias->data_ptr<scalar_t>() : nullptr;
