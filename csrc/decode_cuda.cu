@@ -253,6 +253,10 @@ bool launch_fused(const GemvArgs<T>& call, int num_pairs, cudaStream_t stream) {
         env_int("VGRAPH_WIDE_LATE_TRIGGER", 1, 0, 1) == 0
             ? -1
             : env_int("VGRAPH_WIDE_TRIGGER_LEFT", t == nullptr ? 0 : t->trigger_left, 0, 1 << 16);
+    // VGRAPH_WIDE_EARLY_REFILL=1: each warp issues the chunk its loop's first iteration would,
+    // right after its wait, ahead of the activations (GemvArgs::wide_early_refill; bit-equal).
+    // Default off until measured (benchmarks/results/2026-12-05-h200-fold-argmax/).
+    a.wide_early_refill = env_int("VGRAPH_WIDE_EARLY_REFILL", 0, 0, 1) == 1;
     if (launch_gemv_wide<T, E>(a, stream)) return false;
   }
   if (kernel != Kernel::kCudaCore) {

@@ -54,6 +54,9 @@ struct GemvArgs {
   // Wide kernel: when a warp lets the next kernel start (set by its launcher): with this many of
   // its weight chunks left to compute (0: after its loop), or before its wait if negative.
   int wide_trigger_left;
+  // Wide kernel: whether a warp issues its chunk D - 1 into the ring's free stage right after its
+  // wait, ahead of the activations' staging, instead of at its loop's first iteration.
+  bool wide_early_refill = false;
   // Norm ops of the CUDA-core and tensor-core kernels: the dot products take norm_weight * x
   // (rounded once) and each token's sums are scaled by its 1 / rms after the reduction, the
   // squares summed in the same pass (the wide kernel's way), instead of a pass that computes

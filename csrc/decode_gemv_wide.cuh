@@ -19,7 +19,8 @@
 // finishes; a ring in registers held too few bytes in flight), the norm weight of the CTA's K range
 // (cp.async) and the epilogue's step constants (bias, cos / sin). After it: the CTA's activations,
 // once, by cp.async into shared memory (rows padded by 64 bytes, so the fragment loads below hit 32
-// distinct banks per quarter warp), and the residual values the epilogue adds. Each warp's loop
+// distinct banks per quarter warp), and the residual values the epilogue adds (with
+// GemvArgs::wide_early_refill, chunk D - 1 into the ring's free stage first). Each warp's loop
 // refills its ring D - 1 chunks ahead, waits for the chunk it takes and runs the chunk's
 // mma steps on the staged activations. Only after the loop (`griddepcontrol.launch_dependents`)
 // may the next kernel's CTAs start: let in at once, they took SM slots and HBM bandwidth from the
@@ -161,12 +162,23 @@ __global__ void __launch_bounds__(kWideMaxWarps * 32) gemv_wide_kernel(const Gem
       }
     }
   }
-  cp_async_wait<0>();
+  // With wide_early_refill the ring's free stage takes chunk D - 1 now, so that it streams while
+  // the activations arrive (the chunks issued before the wait have often landed by then: the warp
+  // would have no weight load in flight until its loop's first refill); the loop's first
+  // iteration then issues nothing. The wait leaves only that chunk's group pending: the groups
+  // complete in commit order, the activations' (and the norm weight's) were committed before it.
+  if (a.wide_early_refill) {
+    issue(D - 1);
+    cp_async_wait<1>();
+  } else {
+    cp_async_wait<0>();
+  }
   __syncthreads();
 
   // 4. The warp's chunks. Iteration j first refills the stage chunk j - 1 used (its values fed
-  // the previous iteration's mma steps, so they were read), then waits for chunk j: D - 1 groups
-  // were committed after it. The norm ops feed the mma steps norm_weight * x, rounded once
+  // the previous iteration's mma steps, so they were read), then waits for chunk j: at least D - 1
+  // groups were committed after it (D where the activations' group lies between, in the first
+  // iterations with wide_early_refill, whose chunks the wait above already saw complete). The norm ops feed the mma steps norm_weight * x, rounded once
   // (a packed multiply); each token's 1 / rms scales its sums in the epilogue.
   float acc[NT][4];
 #pragma unroll
@@ -176,7 +188,7 @@ __global__ void __launch_bounds__(kWideMaxWarps * 32) gemv_wide_kernel(const Gem
   const int trigger_j = a.wide_trigger_left < 0 ? -1 : max(my_chunks - a.wide_trigger_left, 0);
   for (int j = 0; j < my_chunks; ++j) {
     if (j == trigger_j) pdl::launch_dependents();
-    issue(j + D - 1);
+    if (j > 0 || !a.wide_early_refill) issue(j + D - 1);
     cp_async_wait<D - 1>();
     const uint4* st = ring + (j % D) * kWideStageVecs;
     uint4 A0[kMmaVecs], A1[kMmaVecs], nw[kMmaVecs];

@@ -507,7 +507,8 @@ def test_wide_kernel_splits_and_warps(
     reference, the others exact on most entries (a split whose shared memory does not fit, e.g.
     none of Llama-3.2-1B's down projection, sends the call to the tensor-core kernel); also past
     N's last whole tile (N = 4101) nothing beyond N is written. The weight loads' L2 hint and the
-    ring's depth (VGRAPH_WIDE_STAGES) leave the bits as they are."""
+    ring's depth (VGRAPH_WIDE_STAGES) and its first refill ahead of the activations
+    (VGRAPH_WIDE_EARLY_REFILL) leave the bits as they are."""
     monkeypatch.setenv("VGRAPH_GEMV", "wide")
     dtype = torch.bfloat16
     c = Case(shape, num_tokens, dtype, device)
@@ -541,12 +542,24 @@ def test_wide_kernel_splits_and_warps(
     for i, run in enumerate(runs):
         torch.testing.assert_close(run(32), first[i], rtol=0, atol=0, msg=str(i))
     # a deeper ring (11 stages at 1-8 tokens, 9 at 9-16 where shared memory allows; 29 tokens and
-    # shapes that do not fit keep 8): each warp takes its chunks in the same order, the same bits
+    # shapes that do not fit keep 8) and the ring's chunk D - 1 issued right after the wait, at
+    # every depth and with a split: each warp takes its chunks in the same order, the same bits
     monkeypatch.setenv("VGRAPH_GEMV_L2_EVICT_FIRST", "")
     for stages in ("9", "11"):
-        monkeypatch.setenv("VGRAPH_WIDE_STAGES", stages)
+        for refill in ("0", "1"):
+            monkeypatch.setenv("VGRAPH_WIDE_STAGES", stages)
+            monkeypatch.setenv("VGRAPH_WIDE_EARLY_REFILL", refill)
+            for i, run in enumerate(runs):
+                msg = f"stages {stages}, refill {refill}, op {i}"
+                torch.testing.assert_close(run(32), first[i], rtol=0, atol=0, msg=msg)
+    monkeypatch.setenv("VGRAPH_WIDE_STAGES", "")
+    for split in ("", "2") if chunks % 2 == 0 else ("",):
+        monkeypatch.setenv("VGRAPH_WIDE_SPLIT", split)
+        monkeypatch.setenv("VGRAPH_WIDE_EARLY_REFILL", "0")
+        want = [run(32) for run in runs]
+        monkeypatch.setenv("VGRAPH_WIDE_EARLY_REFILL", "1")
         for i, run in enumerate(runs):
-            torch.testing.assert_close(run(32), first[i], rtol=0, atol=0, msg=f"{stages} {i}")
+            torch.testing.assert_close(run(32), want[i], rtol=0, atol=0, msg=f"split {split} {i}")
 
 
 @pytest.mark.parametrize("device", [CUDA])
@@ -555,7 +568,8 @@ def test_wide_kernel_splits_and_warps(
     [("VGRAPH_WIDE_SPLIT", "9"), ("VGRAPH_WIDE_SPLIT", "5"), ("VGRAPH_WIDE_WARPS", "9"),
      ("VGRAPH_WIDE_WARPS", "0x"), ("VGRAPH_WIDE_LATE_TRIGGER", "2"),
      ("VGRAPH_WIDE_TRIGGER_LEFT", "-1"), ("VGRAPH_GEMV", "tensor"),
-     ("VGRAPH_WIDE_STAGES", "7"), ("VGRAPH_WIDE_STAGES", "12")],
+     ("VGRAPH_WIDE_STAGES", "7"), ("VGRAPH_WIDE_STAGES", "12"),
+     ("VGRAPH_WIDE_EARLY_REFILL", "2")],
 )  # fmt: skip
 def test_wide_switches_reject_bad_values(
     name: str, value: str, device: str, monkeypatch: pytest.MonkeyPatch

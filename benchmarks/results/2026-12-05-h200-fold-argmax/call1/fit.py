@@ -22,9 +22,11 @@ out = sys.argv[1] if len(sys.argv) > 1 else "fit.json"
 
 
 def timed(kernel: str, n: int, k: int, tokens: int, op: str) -> float:
-    # "wide_deep": the wide kernel's deeper ring (VGRAPH_WIDE_STAGES=11: 11 stages, 9 at 16 tokens)
+    # "wide_deep": the wide kernel's deeper ring (VGRAPH_WIDE_STAGES=11: 11 stages, 9 at 16 tokens);
+    # "wide_refill": its chunk D - 1 issued ahead of the activations (VGRAPH_WIDE_EARLY_REFILL=1)
     os.environ["VGRAPH_WIDE_STAGES"] = "11" if kernel == "wide_deep" else ""
-    kernel = kernel.removesuffix("_deep")
+    os.environ["VGRAPH_WIDE_EARLY_REFILL"] = "1" if kernel == "wide_refill" else ""
+    kernel = kernel.removesuffix("_deep").removesuffix("_refill")
     os.environ["VGRAPH_GEMV"] = "" if kernel == "cublas" else kernel
     max_tokens = 0 if kernel == "cublas" else 32
     g = torch.Generator(device="cuda").manual_seed(n + k)
@@ -58,7 +60,7 @@ for op, sizes, kernels in (
     (
         "gate_up",
         [(n, K) for n in (4096, 8192, 16384, 32768)],
-        ("wide", "wide_deep", "cuda_core", "cublas"),
+        ("wide", "wide_deep", "wide_refill", "cuda_core", "cublas"),
     ),
     ("down", [(2048, k) for k in (2048, 4096, 8192, 16384)], ("cuda_core", "mma", "cublas")),
 ):

@@ -3,11 +3,13 @@
 # (VGRAPH_FOLD_QKV_NORM=1; the QKV op's unit_norm: above its GEMV threshold cuBLAS on the raw
 # residual, then one kernel that scales by 1 / rms and rotates, where a norm kernel, cuBLAS and a
 # rope kernel ran), the LM head's argmax finishing through atomics on its state instead of a
-# cluster (VGRAPH_ARGMAX_ATOMIC=1), and the wide GEMV's deeper ring (VGRAPH_WIDE_STAGES=11 / 9). Their op tests on the GPU, steps in turns (Llama-3.2-1B at 1
+# cluster (VGRAPH_ARGMAX_ATOMIC=1), the wide GEMV's deeper ring (VGRAPH_WIDE_STAGES=11 / 9) and
+# its first refill ahead of the activations (VGRAPH_WIDE_EARLY_REFILL=1; twenty-fifth pass).
+# Their op tests on the GPU, steps in turns (Llama-3.2-1B at 1
 # and 16, with attention's guessed block ids too; SmolLM2-135M and Qwen3-0.6B at 16), the engine
 # loop on the tree and with both on, greedy FULL = NONE with the fold on and FULL's engine core
 # in its own process; then each GEMV kernel's fixed cost a call against its streaming rate
-# (fit.py). About 340 s; timeout 480.
+# (fit.py). About 370 s; timeout 480.
 d=$(dirname $0); o=$OUT/r; mkdir -p $o
 layer=$d/../../2026-12-04-h200-head-greedy/call1/layer.py
 exec > >(tee $o/summary.txt) 2>&1
@@ -31,16 +33,19 @@ ab() {  # name model batch iters variants...
 # argmax 8.4 us after cuBLAS's head. At one token: argmax 5.3 us after the CTA-per-pair head.
 ab llama16 Llama-3.2-1B 16 400 fused qkv_norm_folded env:VGRAPH_ARGMAX_ATOMIC=1 \
   qkv_norm_folded+env:VGRAPH_ARGMAX_ATOMIC=1 qkv_norm_folded+env:VGRAPH_ARGMAX_ATOMIC=1,VGRAPH_ATTN_GUESS_BLOCKS=1 \
-  env:VGRAPH_WIDE_STAGES=9
+  env:VGRAPH_WIDE_STAGES=9 env:VGRAPH_WIDE_EARLY_REFILL=1
 ab llama1 Llama-3.2-1B 1 400 fused env:VGRAPH_ARGMAX_ATOMIC=1 env:VGRAPH_WIDE_STAGES=11 \
-  env:VGRAPH_WIDE_STAGES=11,VGRAPH_WIDE_TRIGGER_LEFT=10
+  env:VGRAPH_WIDE_STAGES=11,VGRAPH_WIDE_TRIGGER_LEFT=10 env:VGRAPH_WIDE_EARLY_REFILL=1 \
+  env:VGRAPH_WIDE_STAGES=11,VGRAPH_WIDE_TRIGGER_LEFT=10,VGRAPH_WIDE_EARLY_REFILL=1
 ab smol16 SmolLM2-135M 16 400 fused env:VGRAPH_ARGMAX_ATOMIC=1
 # Qwen3-0.6B at 16 tokens: QKV unfused above 8 (no rope in the op: q / k norms come first)
 ab qwen16 Qwen3-0.6B 16 400 fused qkv_norm_folded
-# the engine loop: the tree, then every candidate on (the fold, the atomic argmax, the deeper ring)
+# the engine loop: the tree, then every candidate on (the fold, the atomic argmax, the deeper ring,
+# the early refill)
 for on in 0 1; do
   stages=$([ $on = 1 ] && echo 11 || echo 8)
-  t0=$SECONDS; VGRAPH_FOLD_QKV_NORM=$on VGRAPH_ARGMAX_ATOMIC=$on VGRAPH_WIDE_STAGES=$stages VGRAPH_ENABLE_MULTIPROCESSING=0 \
+  t0=$SECONDS; VGRAPH_FOLD_QKV_NORM=$on VGRAPH_ARGMAX_ATOMIC=$on VGRAPH_WIDE_STAGES=$stages \
+    VGRAPH_WIDE_EARLY_REFILL=$on VGRAPH_ENABLE_MULTIPROCESSING=0 \
     timeout 90 python3 benchmarks/bench_async_scheduling.py --models Llama-3.2-1B --batch-sizes 1 16 \
     --capture-sizes 1 2 4 8 16 --rounds 5 --out $o/async_on$on.json > $o/async_on$on.log 2>&1
   echo "async loop, candidates $on, rc=$? in $((SECONDS-t0)) s"; grep -A3 "^model" $o/async_on$on.log; pack
