@@ -62,7 +62,11 @@ for op, sizes, kernels in (
         [(n, K) for n in (4096, 8192, 16384, 32768)],
         ("wide", "wide_deep", "wide_refill", "cuda_core", "cublas"),
     ),
-    ("down", [(2048, k) for k in (2048, 4096, 8192, 16384)], ("cuda_core", "mma", "cublas")),
+    (
+        "down",
+        [(2048, k) for k in (2048, 4096, 8192, 16384)],
+        ("cuda_core", "mma", "wide", "wide_refill", "cublas"),
+    ),
 ):
     for tokens in (1, 16):
         for kernel in kernels:
