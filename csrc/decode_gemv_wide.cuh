@@ -176,10 +176,11 @@ __global__ void __launch_bounds__(kWideMaxWarps * 32) gemv_wide_kernel(const Gem
   __syncthreads();
 
   // 4. The warp's chunks. Iteration j first refills the stage chunk j - 1 used (its values fed
-  // the previous iteration's mma steps, so they were read), then waits for chunk j: at least D - 1
-  // groups were committed after it (D where the activations' group lies between, in the first
-  // iterations with wide_early_refill, whose chunks the wait above already saw complete). The norm ops feed the mma steps norm_weight * x, rounded once
-  // (a packed multiply); each token's 1 / rms scales its sums in the epilogue.
+  // the previous iteration's mma steps, so they were read), then waits for chunk j: at least
+  // D - 1 groups were committed after it (more in the first iterations, where the norm weight's
+  // and the activations' groups lie between; the wait above saw those chunks complete). The norm
+  // ops feed the mma steps norm_weight * x, rounded once (a packed multiply); each token's 1 / rms
+  // scales its sums in the epilogue.
   float acc[NT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
