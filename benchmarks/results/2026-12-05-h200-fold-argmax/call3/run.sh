@@ -5,13 +5,16 @@
 # benchmarks/run_gpu.sh's steps: the engine loop (SmolLM2-135M and Llama-3.2-1B, batch 1-16,
 # async), the kernels of a SmolLM2-135M step (torch profiler), and `vgraph serve` (engine core in
 # its own process, default mode and capture list) driven by `vgraph bench serve` at concurrency 1
-# for both models. About 500 s; timeout 590.
+# for both models. About 500 s; timeout 590. Switches that call 1 found winning may be given in
+# front of the command (VGRAPH_X=1 bash .../run.sh), on the machine call 1 left warm, ahead of
+# the commit that makes them the defaults: env.txt records them.
 o=$OUT/r; mkdir -p $o
 exec > >(tee $o/summary.txt) 2>&1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 nvidia-smi --query-gpu=name,driver_version --format=csv > $o/env.txt
 python3 -c "import torch, sys; print(torch.__version__, torch.version.cuda, sys.version.split()[0])" >> $o/env.txt
 git log -1 --format=%H >> $o/env.txt 2>/dev/null
+env | grep '^VGRAPH_' | sort >> $o/env.txt  # switches given on the command line, if any
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD
 pack() { (cd $OUT && tar czf results.tgz r); }
 STEPS="ext" bash benchmarks/run_gpu.sh $o
