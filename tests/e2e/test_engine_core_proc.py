@@ -350,7 +350,7 @@ def test_output_processing_failure_ends_only_its_request(model_dir: str) -> None
         update = engine.output_processor._update_child
 
         def flaky(child, out):  # a detokenizer that breaks on one request
-            if child.request_id == "boom":
+            if child.request_id.startswith("boom-"):
                 raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad byte")
             return update(child, out)
 
@@ -368,8 +368,52 @@ def test_output_processing_failure_ends_only_its_request(model_dir: str) -> None
         boom, fine = await asyncio.gather(collect("boom"), collect("fine"), return_exceptions=True)
         assert isinstance(boom, RuntimeError) and "output processing failed" in str(boom)
         assert fine == [7] * 5
-        assert client.aborted == ["boom"] and not engine.is_dead
+        assert [rid.rsplit("-", 1)[0] for rid in client.aborted] == ["boom"]
+        assert not engine.is_dead
         engine.shutdown()
+
+    asyncio.run(scenario())
+
+
+class LateOutputClient(FakeAsyncClient):
+    """A scripted core whose aborted requests send one more token (8) with the next step's
+    outputs, as a real core's step that ran while the abort was on its way does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.late: list[EngineCoreOutput] = []
+
+    def abort_requests(self, ids: list[str]) -> None:
+        self.late += [EngineCoreOutput(rid, [8]) for rid in ids if rid in self.live]
+        super().abort_requests(ids)
+
+    async def get_output_async(self) -> EngineCoreOutputs:
+        await asyncio.sleep(0)  # a step's time: the consumers may run between steps
+        outs = await super().get_output_async()
+        outs.outputs[:0], self.late = self.late, []
+        return outs
+
+
+def test_a_reused_request_id_gets_only_its_own_tokens(model_dir: str) -> None:
+    """A user request id reused right after its abort (a client's retry with its X-Request-Id):
+    closing generate() aborts at once, so the id is free, and the retry names new engine
+    requests, so the aborted ones' late outputs reach no one."""
+
+    async def scenario() -> None:
+        client = LateOutputClient()
+        engine = AsyncLLM(create_engine_config(model_dir, **KW), client=client)
+        try:
+            long = SamplingParams(temperature=0, max_tokens=200)
+            first = engine.generate([1, 2], long, "retry")
+            assert not (await first.__anext__()).finished
+            await first.aclose()
+            params = SamplingParams(temperature=0, max_tokens=5)
+            outs = [o async for o in engine.generate([1, 2], params, "retry")]
+            assert [t for o in outs for c in o.outputs for t in c.token_ids] == [7] * 5
+            assert len(client.aborted) == 1 and client.aborted[0].startswith("retry-")
+            assert outs[-1].request_id == "retry" and outs[-1].finished
+        finally:
+            engine.shutdown()
 
     asyncio.run(scenario())
 

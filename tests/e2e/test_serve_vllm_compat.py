@@ -1,6 +1,7 @@
 """`vgraph serve` with vLLM's flags, on a real server: several served names and API keys,
 request logging, the start-up log of the resolved config, the periodic stats line, vLLM's
-per-request histograms on /metrics, and the port bound before the model loads."""
+per-request histograms on /metrics, the port bound before the model loads, and one
+X-Request-Id on concurrent and retried requests."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -149,3 +151,43 @@ def test_busy_port_fails_before_the_model_loads(serve_model_dir: Path, tmp_path:
     assert f"cannot bind 127.0.0.1:{port}" in out.stderr and "nothing was loaded" in out.stderr
     assert "engine core" not in out.stderr and "resolved config" not in out.stderr
     assert elapsed < 30, elapsed  # interpreter start-up and imports only, no model
+
+
+def test_one_request_id_for_concurrent_and_retried_requests(srv: ServerProcess) -> None:
+    """An X-Request-Id names the responses, not the engine's requests (as vLLM): two requests
+    sent at once with one id are both served, and a retry that reuses the id of a stream its
+    client left gets only its own tokens, not the left stream's last ones."""
+    auth = {"Authorization": f"Bearer {KEYS[0]}"}
+    body = {"model": "tiny", "prompt": "Hello there", "temperature": 0, "ignore_eos": True}
+
+    def complete_as(request_id: str) -> dict:
+        resp = httpx.post(
+            f"{srv.url}/v1/completions",
+            json={**body, "max_tokens": 12},
+            headers={**auth, "X-Request-Id": request_id},
+            timeout=60,
+        )
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+    reference = complete_as("ref")
+    assert reference["usage"]["completion_tokens"] == 12
+    with ThreadPoolExecutor(2) as pool:
+        both = list(pool.map(complete_as, ["same", "same"]))
+    assert [r["id"] for r in both] == ["cmpl-same", "cmpl-same"]
+    assert [r["choices"] for r in both] == [reference["choices"]] * 2
+
+    for _ in range(3):
+        with httpx.stream(
+            "POST",
+            f"{srv.url}/v1/completions",
+            json={**body, "max_tokens": 200, "stream": True},
+            headers={**auth, "X-Request-Id": "retry"},
+            timeout=60,
+        ) as stream:
+            assert stream.status_code == 200
+            next(line for line in stream.iter_lines() if line)  # a token came: hang up
+        retry = complete_as("retry")
+        assert retry["id"] == "cmpl-retry"
+        assert retry["choices"] == reference["choices"]
+        assert retry["usage"]["completion_tokens"] == 12

@@ -21,6 +21,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -128,8 +129,10 @@ class AsyncLLM(FrontendBase):
         self, prompt: PromptType, params: SamplingParams, request_id: str
     ) -> AsyncIterator[RequestOutput]:
         text, ids = self.processor.process_prompt(prompt)
-        async for out in self.generate_tokenized(text, ids, params, request_id):
-            yield out
+        # closed with this generator, so that a consumer's aclose() aborts the request at once
+        async with aclosing(self.generate_tokenized(text, ids, params, request_id)) as outs:
+            async for out in outs:
+                yield out
 
     async def generate_tokenized(
         self,

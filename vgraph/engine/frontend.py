@@ -1,14 +1,16 @@
 """What the two frontends share: LLMEngine (offline, sync) and AsyncLLM (server, asyncio).
 
 Set-up: the tokenizer, the InputProcessor (validate and tokenize) and the OutputProcessor
-(detokenize, stop strings). Submit: one validated prompt becomes n engine requests, registered
-with the output processor, then sent to the core client. Abort: forget a user request in the
-frontend and abort its engine requests in the core. How outputs are read (a blocking step() or an
-asyncio output handler) stays in the subclass; so does the choice of core client.
+(detokenize, stop strings). Submit: one validated prompt becomes n engine requests (their ids the
+user's id and a serial, new to the core at each submit), registered with the output processor,
+then sent to the core client. Abort: forget a user request in the frontend and abort its engine
+requests in the core. How outputs are read (a blocking step() or an asyncio output handler) stays
+in the subclass; so does the choice of core client.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
 from vgraph.engine.input_processor import InputProcessor
@@ -33,6 +35,7 @@ class FrontendBase:
         eos = eos_token_ids(config.model_config, self.tokenizer)
         self.processor = InputProcessor(config.model_config, self.tokenizer, eos)
         self.output_processor = OutputProcessor(self.tokenizer)
+        self._submits = itertools.count()  # makes each submit's engine request ids new
 
     def submit(
         self,
@@ -49,7 +52,10 @@ class FrontendBase:
         on params that are not SamplingParams or carry token ids outside the vocabulary."""
         if request_id in self.output_processor.parents:
             raise ValueError(f"request_id={request_id!r} is already in use")
-        requests = self.processor.make_requests(request_id, ids, params, group_id)
+        # The engine requests' ids are new to the core even when the user's id is reused: an
+        # aborted request's last outputs may still be on their way and must find no one.
+        engine_id = f"{request_id}-{next(self._submits)}"
+        requests = self.processor.make_requests(engine_id, ids, params, group_id or request_id)
         self.output_processor.add_request(
             request_id,
             text,

@@ -194,7 +194,10 @@ class OpenAIServing:
         params: list[SamplingParams],
         request_id: str,
     ) -> AsyncIterator[tuple[int, RequestOutput]]:
-        """(prompt index, delta output) of every prompt, merged; errors become APIErrors."""
+        """(prompt index, delta output) of every prompt, merged; errors become APIErrors.
+        request_id: the response's id; the engine's ids add a random suffix (as vLLM's), since
+        clients may send one X-Request-Id with concurrent requests."""
+        request_id = f"{request_id}-{uuid.uuid4().hex[:8]}"
         gens = [
             self.engine.generate_tokenized(text, ids, p, f"{request_id}-{i}", request_id)
             for i, ((text, ids), p) in enumerate(zip(prompts, params))
