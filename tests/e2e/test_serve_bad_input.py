@@ -29,6 +29,7 @@ CASES = [
     ("NaN", "completions", b'{"prompt": "hi", "temperature": NaN}', 400, None),
     ("deeply nested JSON", "completions", b"[" * 200_000 + b"]" * 200_000, 400, None),
     ("missing prompt", "completions", b'{"max_tokens": 2}', 400, "prompt"),
+    ("prompt null", "completions", b'{"prompt": null}', 400, "prompt"),
     ("max_tokens wrong type", "completions", body(max_tokens="ten"), 400, "max_tokens"),
     ("max_tokens a bool", "completions", body(max_tokens=True), 400, "max_tokens"),
     ("max_tokens a numeric string, 0", "completions", body(max_tokens="0"), 400, "max_tokens"),
@@ -68,6 +69,7 @@ CASES = [
     ("huge token id", "completions", body(prompt=[2**80]), 400, "prompt"),
     ("prompt over max_model_len", "completions", body(prompt=list(range(300))), 400, "prompt"),
     ("no messages", "chat/completions", b'{"messages": []}', 400, "messages"),
+    ("messages null", "chat/completions", b'{"messages": null, "n": null}', 400, "messages"),
     (
         "unknown role",
         "chat/completions",

@@ -1,7 +1,7 @@
 """`vgraph serve` with vLLM's flags, on a real server: several served names and API keys,
 request logging, the start-up log of the resolved config, the periodic stats line, vLLM's
-per-request histograms on /metrics, the port bound before the model loads, and one
-X-Request-Id on concurrent and retried requests."""
+per-request histograms on /metrics, the port bound before the model loads, one X-Request-Id
+on concurrent and retried requests, and null for the fields that have defaults."""
 
 from __future__ import annotations
 
@@ -191,3 +191,26 @@ def test_one_request_id_for_concurrent_and_retried_requests(srv: ServerProcess) 
         assert retry["id"] == "cmpl-retry"
         assert retry["choices"] == reference["choices"]
         assert retry["usage"]["completion_tokens"] == 12
+
+
+def test_null_means_the_default(srv: ServerProcess) -> None:
+    """Clients that send every field send null for those they leave unset; OpenAI documents n,
+    stream, echo and logprobs as "or null": each null is the field's default."""
+    auth = {"Authorization": f"Bearer {KEYS[0]}"}
+    nulls = {
+        "completions": ["n", "stream", "echo", "ignore_eos", "min_tokens", "logprobs", "seed"],
+        "chat/completions": ["n", "stream", "logprobs", "top_logprobs", "add_generation_prompt"],
+    }
+    for path, fields in nulls.items():
+        body = {"model": "tiny", "temperature": 0, "max_tokens": 6}
+        body.update(
+            {"prompt": "Hello there"}
+            if path == "completions"
+            else {"messages": [{"role": "user", "content": "Hi", "name": None}]}
+        )
+        got = [
+            httpx.post(f"{srv.url}/v1/{path}", json=b, headers=auth, timeout=60)
+            for b in (body, {**body, **dict.fromkeys(fields)})
+        ]
+        assert [r.status_code for r in got] == [200, 200], got[1].text
+        assert got[1].json()["choices"] == got[0].json()["choices"]

@@ -9,6 +9,9 @@ Choices, documented here once:
 - Types of known fields are strict (true is not a number, "yes" is not a boolean), except that
   numbers may come as numeric strings ("5", "0.7"), as pydantic's lax mode and vLLM allow:
   `LaxInt` / `LaxFloat`. Ranges and size limits apply to the converted value.
+- null in a field that has a default means the default (the OpenAI API documents `n`, `stream`,
+  `echo`, `logprobs`, ... as "or null", and clients that send every field send null for those
+  they leave unset); a required field may not be null.
 - OpenAI fields vgraph does not implement are accepted only at their neutral value
   (suffix empty, best_of = n); anything else is a 400 that says so.
 - Sampling fields (penalties, logit_bias, allowed_token_ids, bad_words, prompt_logprobs) and
@@ -19,11 +22,12 @@ Responses are plain dicts built by the serving modules.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from vgraph.sampling_params import (
     MAX_LOGPROBS,
@@ -91,9 +95,30 @@ class APIError(Exception):
 
 
 class StrictModel(BaseModel):
-    """Strict types; unknown fields are kept in model_extra and ignored (see ignored_fields)."""
+    """Strict types; unknown fields are kept in model_extra and ignored (see ignored_fields);
+    null in a field with a default is the default."""
 
     model_config = ConfigDict(extra="allow", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_means_default(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        keys = _defaulted_keys(cls)
+        return {k: v for k, v in data.items() if v is not None or k not in keys}
+
+
+@functools.cache
+def _defaulted_keys(model: type[BaseModel]) -> frozenset[str]:
+    """The names and aliases of a model's fields whose default is not None."""
+    return frozenset(
+        key
+        for name, f in model.model_fields.items()
+        if not f.is_required() and f.get_default(call_default_factory=True) is not None
+        for key in (name, f.alias)
+        if key is not None
+    )
 
 
 def ignored_fields(model: BaseModel, prefix: str = "") -> list[str]:
