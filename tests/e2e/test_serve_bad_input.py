@@ -61,6 +61,14 @@ CASES = [
         "stream_options",
     ),
     ("unknown model", "completions", body(model="gpt-17"), 404, "model"),
+    ("guided_regex not a regex", "completions", body(guided_regex="("), 400, "guided_regex"),
+    (
+        "structured_outputs regex not a regex",
+        "completions",
+        body(structured_outputs={"regex": "("}),
+        400,
+        "structured_outputs",
+    ),
     ("empty prompt", "completions", body(prompt=""), 400, "prompt"),
     ("empty prompt, streaming", "completions", body(prompt="", stream=True), 400, "prompt"),
     ("empty token list", "completions", body(prompt=[]), 400, "prompt"),
@@ -90,6 +98,28 @@ CASES = [
         json.dumps({"messages": MSG, "top_logprobs": 2}).encode(),
         400,
         "top_logprobs",
+    ),
+    (
+        "max_completion_tokens past the context",
+        "chat/completions",
+        json.dumps({"messages": MSG, "max_completion_tokens": 256}).encode(),
+        400,
+        "max_completion_tokens",
+    ),
+    (
+        "response_format schema not a schema",
+        "chat/completions",
+        json.dumps(
+            {
+                "messages": MSG,
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"type": "nonsense"}},
+                },
+            }
+        ).encode(),
+        400,
+        "response_format",
     ),
     (
         "chat over max_model_len",

@@ -67,6 +67,13 @@ def test_every_key_and_every_served_name_works(srv: ServerProcess) -> None:
     assert complete(srv, KEYS[0], "other").status_code == 404
     models = httpx.get(f"{srv.url}/v1/models", headers={"Authorization": f"Bearer {KEYS[1]}"})
     assert [m["id"] for m in models.json()["data"]] == ["tiny", "tiny-alias"]
+    for name, status in (("tiny", 200), ("tiny-alias", 200), ("other", 404)):
+        tokens = httpx.post(
+            f"{srv.url}/tokenize",
+            json={"model": name, "prompt": "Hello"},
+            headers={"Authorization": f"Bearer {KEYS[0]}"},
+        )
+        assert tokens.status_code == status, tokens.text
 
 
 def test_startup_log_and_request_log(srv: ServerProcess) -> None:
@@ -82,7 +89,7 @@ def test_startup_log_and_request_log(srv: ServerProcess) -> None:
         "async scheduling off",  # the CPU default
     ):
         assert words in resolved.group(0)
-    assert re.search(r"request cmpl-\w+-0: \d+ prompt tokens, params ", log), log
+    assert re.search(r"request cmpl-\w+-\w{8}-0: \d+ prompt tokens, params ", log), log
     assert KEYS[0] not in log and KEYS[1] not in log  # keys are never logged
 
 

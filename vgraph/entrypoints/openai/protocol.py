@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -92,6 +92,17 @@ class APIError(Exception):
                 "code": self.code,
             }
         }
+
+
+def check_model(model: str | None, names: Sequence[str]) -> None:
+    """A request's `model`, when given, must be one of the served names (else a 404)."""
+    if model is not None and model not in names:
+        raise APIError(
+            f"The model `{brief(model)}` does not exist; this server serves `{names[0]}`",
+            404,
+            "model",
+            "model_not_found",
+        )
 
 
 class StrictModel(BaseModel):
@@ -267,9 +278,17 @@ class SamplingRequest(StrictModel):
             out[int(key)] = bias
         return out
 
-    def structured_outputs_params(self) -> StructuredOutputsParams | None:
-        """The one structured-output constraint this request sets (response_format,
-        structured_outputs or a guided_* extra), or None; two at once is a 400."""
+    def max_tokens_field(self) -> str:
+        """The request field that set the output length (for errors)."""
+        return "max_tokens"
+
+    def structured_outputs_field(self) -> str:
+        """The request field that set the structured-output constraint (for errors)."""
+        found = self._structured_constraints()
+        return found[0][0] if found else "structured_outputs"
+
+    def _structured_constraints(self) -> list[tuple[str, dict[str, Any]]]:
+        """(request field, StructuredOutputsParams kwargs) of each constraint the request sets."""
         found: list[tuple[str, dict[str, Any]]] = []
         rf = self.response_format
         if rf is not None and rf.type == "json_object":
@@ -299,6 +318,12 @@ class SamplingRequest(StrictModel):
         ):
             if getattr(self, name) is not None:
                 found.append((name, {key: getattr(self, name)}))
+        return found
+
+    def structured_outputs_params(self) -> StructuredOutputsParams | None:
+        """The one structured-output constraint this request sets (response_format,
+        structured_outputs or a guided_* extra), or None; two at once is a 400."""
+        found = self._structured_constraints()
         if not found:
             return None
         if len(found) > 1:
@@ -419,6 +444,9 @@ class ChatCompletionRequest(SamplingRequest):
     tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+
+    def max_tokens_field(self) -> str:
+        return "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"
 
     def resolved_tool_choice(self) -> str | NamedToolChoice:
         """As OpenAI: "auto" when tools are given, else "none" ("auto" without tools too)."""

@@ -90,7 +90,7 @@ def build_app(engine: AsyncLLM, args: FrontendArgs, log_stats: bool = True) -> F
         tool_parser=make_tool_parser(args.tool_call_parser, mc.architecture),
     )
     tokenization = OpenAIServingTokenization(
-        engine.tokenizer, model_name, mc.max_model_len, mc.vocab_size
+        engine.tokenizer, mc.names, mc.max_model_len, mc.vocab_size
     )
     limit = args.max_request_body_bytes
     drain = Drain(args.graceful_shutdown_timeout)

@@ -21,7 +21,12 @@ from typing import Any
 from vgraph.engine.async_llm import AsyncLLM
 from vgraph.engine.client import EngineDeadError
 from vgraph.engine.input_processor import PromptType
-from vgraph.entrypoints.openai.protocol import APIError, SamplingRequest, StreamOptions, brief
+from vgraph.entrypoints.openai.protocol import (
+    APIError,
+    SamplingRequest,
+    StreamOptions,
+    check_model,
+)
 from vgraph.outputs import CompletionOutput, Logprob, RequestOutput
 from vgraph.sampling_params import SamplingParams, SamplingParamsError, StructuredOutputsParams
 
@@ -110,14 +115,7 @@ class OpenAIServing:
         }
 
     def check_request(self, req: SamplingRequest) -> None:
-        if req.model is not None and req.model not in self.engine.config.model_config.names:
-            raise APIError(
-                f"The model `{brief(req.model)}` does not exist; "
-                f"this server serves `{self.model_name}`",
-                404,
-                "model",
-                "model_not_found",
-            )
+        check_model(req.model, self.engine.config.model_config.names)
         req.check_unsupported()
         if self.engine.is_dead:
             raise APIError(f"the engine is dead: {self.engine.dead_error}", 503, code="engine_dead")
@@ -169,8 +167,9 @@ class OpenAIServing:
             raise APIError(
                 f"This model's maximum context length is {self.max_model_len} tokens. However, "
                 f"you requested {prompt_len + max_tokens} tokens ({prompt_len} in the prompt, "
-                f"{max_tokens} in the completion). Reduce the prompt or max_tokens.",
-                param="max_tokens",
+                f"{max_tokens} in the completion). Reduce the prompt or "
+                f"{req.max_tokens_field()}.",
+                param=req.max_tokens_field(),
             )
         max_tokens = min(max_tokens, self.default_sampling.get("max_tokens", max_tokens))
         params = req.sampling_params(
@@ -183,9 +182,13 @@ class OpenAIServing:
 
                 check_grammar(params.structured_outputs)
         except SamplingParamsError as e:
-            raise APIError(str(e), param=e.field) from None
+            field = e.field
+            if field.startswith("structured_outputs."):  # the request field that set it
+                source = req.structured_outputs_field()
+                field = field if source == "structured_outputs" else source
+            raise APIError(str(e), param=field) from None
         except ValueError as e:  # the grammar library is missing
-            raise APIError(str(e), param="structured_outputs") from None
+            raise APIError(str(e), param=req.structured_outputs_field()) from None
         return params
 
     async def generate_all(

@@ -8,6 +8,7 @@ and answers {count, max_model_len, tokens, token_strs}. /detokenize takes `token
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from pydantic import Field
@@ -20,7 +21,7 @@ from vgraph.entrypoints.openai.protocol import (
     Int64,
     StrictModel,
     Tool,
-    brief,
+    check_model,
 )
 
 
@@ -41,21 +42,16 @@ class DetokenizeRequest(StrictModel):
 
 
 class OpenAIServingTokenization:
-    def __init__(self, tokenizer: Any, model_name: str, max_model_len: int, vocab_size: int):
+    def __init__(
+        self, tokenizer: Any, model_names: Sequence[str], max_model_len: int, vocab_size: int
+    ):
         self.tokenizer = tokenizer
-        self.model_name = model_name
+        self.model_names = model_names  # the served names; a request's `model` is one of them
         self.max_model_len = max_model_len
         self.vocab_size = vocab_size
 
     def check(self, model: str | None) -> None:
-        if model is not None and model != self.model_name:
-            raise APIError(
-                f"The model `{brief(model)}` does not exist; this server serves "
-                f"`{self.model_name}`",
-                404,
-                "model",
-                "model_not_found",
-            )
+        check_model(model, self.model_names)
         if self.tokenizer is None:
             raise APIError("this model has no tokenizer", param="model")
 
