@@ -107,6 +107,24 @@ def make_tiny_model_with_tokenizer(folder: Path, seed: int = 0) -> Path:
     return folder
 
 
+def make_tiny_model_with_bos_tokenizer(folder: Path, seed: int = 0) -> Path:
+    """make_tiny_model_with_tokenizer whose tokenizer adds a BOS (<|endoftext|>, id 0) to text
+    and whose chat template writes it too, as Llama 3's do: a chat prompt tokenized with the
+    tokenizer's special tokens would start with two."""
+    from tokenizers.processors import TemplateProcessing
+    from transformers import AutoTokenizer
+
+    make_tiny_model_with_tokenizer(folder, seed)
+    tok = AutoTokenizer.from_pretrained(folder)
+    tok.backend_tokenizer.post_processor = TemplateProcessing(
+        single="<|endoftext|> $A", special_tokens=[("<|endoftext|>", 0)]
+    )
+    tok.bos_token = "<|endoftext|>"
+    tok.chat_template = "{{ bos_token }}" + tok.chat_template
+    tok.save_pretrained(folder)
+    return folder
+
+
 def make_scripted_model(folder: Path, pieces: list[str], chat_template: str | None = None) -> Path:
     """A tiny Qwen2 with the default model's tokenizer plus one added token per piece, whose
     weights make it write the pieces in order, then EOS, after any prompt.

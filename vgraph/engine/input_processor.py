@@ -29,15 +29,26 @@ class InputProcessor:
         self.tokenizer = tokenizer
         self.eos_token_ids = eos_token_ids
 
-    def process_prompt(self, prompt: PromptType) -> tuple[str | None, list[int]]:
+    def process_prompt(
+        self,
+        prompt: PromptType,
+        add_special_tokens: bool = True,
+        truncate_prompt_tokens: int | None = None,
+    ) -> tuple[str | None, list[int]]:
         """Validate a prompt (text, token ids, or vLLM's {"prompt": text} / {"prompt_token_ids":
-        ids} dict) and tokenize text: (text or None, token ids).
+        ids} dict) and tokenize text: (text or None, token ids). add_special_tokens: whether
+        the tokenizer adds its own (BOS) to text; a chat template writes them itself.
+        truncate_prompt_tokens (vLLM's): keep the last k tokens (-1: max_model_len); a prompt
+        cut short has no text.
 
         Raises ValueError for a user's mistake; nothing is queued anywhere."""
         mc = self.model_config
         if isinstance(prompt, dict):
-            text, ids = self.process_prompt(unwrap_prompt_dict(prompt))
-            return prompt.get("prompt", text), ids
+            inner = unwrap_prompt_dict(prompt)
+            text, ids = self.process_prompt(inner, add_special_tokens, truncate_prompt_tokens)
+            if isinstance(inner, list) and len(ids) == len(inner):
+                text = prompt.get("prompt")  # the text given beside whole token ids
+            return text, ids
         if isinstance(prompt, str):
             if not prompt:
                 raise ValueError("prompt='' is empty; give at least one character or token")
@@ -46,7 +57,7 @@ class InputProcessor:
                     "prompt is text but this model has no tokenizer; pass token ids instead"
                 )
             try:
-                ids = self.tokenizer.encode(prompt, add_special_tokens=True)
+                ids = self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
             except Exception as e:  # noqa: BLE001 - e.g. a lone surrogate the tokenizer refuses
                 raise ValueError(
                     f"prompt={prompt[:40]!r} cannot be tokenized ({type(e).__name__}); "
@@ -72,6 +83,15 @@ class InputProcessor:
                 f"prompt of type {type(prompt).__name__} is not allowed; "
                 'use a str or a list of ints, or {"prompt": str} or {"prompt_token_ids": [ints]}'
             )
+        if truncate_prompt_tokens is not None:
+            keep = mc.max_model_len if truncate_prompt_tokens == -1 else truncate_prompt_tokens
+            if not 1 <= keep <= mc.max_model_len:
+                raise ValueError(
+                    f"truncate_prompt_tokens={truncate_prompt_tokens} is not allowed; use -1 "
+                    f"(max_model_len) or 1..max_model_len={mc.max_model_len}"
+                )
+            if len(ids) > keep:
+                ids, text = ids[-keep:], None
         bad = next((t for t in ids if not 0 <= t < mc.vocab_size), None)
         if bad is not None:
             raise ValueError(

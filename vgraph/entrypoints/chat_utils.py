@@ -44,13 +44,25 @@ def render_chat(
     tokenizer: Any,
     messages: list[dict[str, Any]],
     *,
-    add_generation_prompt: bool = True,
+    add_generation_prompt: bool | None = True,
+    continue_final_message: bool = False,
     tools: list[dict[str, Any]] | None = None,
     chat_template_kwargs: dict[str, Any] | None = None,
 ) -> str:
-    """The prompt text of one conversation. Raises ChatTemplateError."""
+    """The prompt text of one conversation. continue_final_message: the text ends inside the
+    last message (the model continues it, e.g. a prefilled assistant reply) instead of closing
+    it; not with add_generation_prompt (None: whichever continue_final_message leaves).
+    Raises ChatTemplateError."""
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
         raise ChatTemplateError("this model has no chat template; send a plain text prompt")
+    if add_generation_prompt is None:
+        add_generation_prompt = not continue_final_message
+    if continue_final_message and add_generation_prompt:
+        raise ChatTemplateError(
+            "continue_final_message and add_generation_prompt may not both be true: continue "
+            "the last message, or open a new assistant turn",
+            "continue_final_message",
+        )
     kwargs = dict(chat_template_kwargs or {})
     reserved = sorted(RESERVED_TEMPLATE_KWARGS.intersection(kwargs))
     if reserved:
@@ -65,6 +77,7 @@ def render_chat(
             tools=tools or None,
             tokenize=False,
             add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message,
             **kwargs,
         )
     except Exception as e:  # noqa: BLE001 - a template that rejects these messages

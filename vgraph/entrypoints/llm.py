@@ -97,28 +97,34 @@ class LLM:
     def chat(
         self,
         messages: list[Message] | list[list[Message]],
-        sampling_params: SamplingParams | None = None,
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         use_tqdm: bool = True,
         add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
         tools: list[dict[str, Any]] | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
     ) -> list[RequestOutput]:
         """Generate replies to one conversation or a list of them, via the chat template.
-        tools (OpenAI function definitions) and chat_template_kwargs (template variables, e.g.
-        enable_thinking) go to the template, as in /v1/chat/completions."""
+        continue_final_message (with add_generation_prompt=False): continue the last message
+        (a prefilled assistant reply) instead of opening a new turn. tools (OpenAI function
+        definitions) and chat_template_kwargs (template variables, e.g. enable_thinking) go to
+        the template, as in /v1/chat/completions. The template writes the special tokens (BOS):
+        the tokenizer adds none of its own, as in transformers' apply_chat_template."""
         if self.tokenizer is None:
             raise ValueError("chat() needs a tokenizer; this model folder has none")
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages
-        prompts = [
-            render_chat(
+        prompts: list[PromptType] = []
+        for conv in conversations:
+            text = render_chat(
                 self.tokenizer,
                 conv,
                 add_generation_prompt=add_generation_prompt,
+                continue_final_message=continue_final_message,
                 tools=tools,
                 chat_template_kwargs=chat_template_kwargs,
             )
-            for conv in conversations
-        ]
+            _, ids = self.engine.processor.process_prompt(text, add_special_tokens=False)
+            prompts.append({"prompt": text, "prompt_token_ids": ids})
         return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
 
     def _run(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:

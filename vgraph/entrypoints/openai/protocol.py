@@ -204,8 +204,17 @@ class SamplingRequest(StrictModel):
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
     guided_grammar: str | None = None
+    # vLLM's: keep the prompt's last k tokens (-1: max_model_len); logprob tokens as "token_id:N"
+    truncate_prompt_tokens: LaxInt | None = Field(None, ge=-1, le=2**31 - 1)
+    return_tokens_as_token_ids: bool = False
 
     def check_unsupported(self) -> None:
+        if self.truncate_prompt_tokens == 0:
+            raise APIError(
+                "truncate_prompt_tokens=0 would leave no prompt; use -1 (the model's context) "
+                "or the number of the prompt's last tokens to keep",
+                param="truncate_prompt_tokens",
+            )
         if self.stream_options is not None and not self.stream:
             raise APIError(
                 "stream_options is only allowed with stream=true", param="stream_options"
@@ -345,6 +354,7 @@ class CompletionRequest(SamplingRequest):
     echo: bool = False
     suffix: str | None = None
     best_of: LaxInt | None = None
+    add_special_tokens: bool = True  # the tokenizer's own (BOS) on a text prompt, as vLLM
 
     def check_unsupported(self) -> None:
         super().check_unsupported()
@@ -440,10 +450,21 @@ class ChatCompletionRequest(SamplingRequest):
     max_completion_tokens: LaxInt | None = Field(None, ge=1, le=2**31 - 1)
     logprobs: bool = False
     top_logprobs: LaxInt | None = Field(None, ge=0, le=MAX_LOGPROBS)
-    add_generation_prompt: bool = True
+    # vLLM's: a new assistant turn (the default, unless continue_final_message), or the last
+    # message continued; the template's special tokens only, unless add_special_tokens; echo:
+    # the reply starts with the last message when that is the assistant's
+    add_generation_prompt: bool | None = None
+    continue_final_message: bool = False
+    add_special_tokens: bool = False
+    echo: bool = False
     tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+
+    def echoed(self) -> str:
+        """What echo puts before each reply: the last message, if it is the assistant's."""
+        last = self.messages[-1]
+        return last.text() if self.echo and last.role == "assistant" else ""
 
     def max_tokens_field(self) -> str:
         return "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"

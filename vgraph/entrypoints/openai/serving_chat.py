@@ -1,7 +1,10 @@
 """POST /v1/chat/completions: messages -> chat template -> chat.completion (or SSE chunks).
 
 The prompt is rendered with the tokenizer's chat template exactly as `LLM.chat` does, so a greedy
-request answers as the offline API. max_tokens (or max_completion_tokens) defaults to all that
+request answers as the offline API: the template writes the special tokens (add_special_tokens
+adds the tokenizer's too), a new assistant turn or, with continue_final_message, the last message
+left open (a prefilled reply). echo: the reply starts with the last message if it is the
+assistant's. max_tokens (or max_completion_tokens) defaults to all that
 fits the context. Tools (tools, tool_choice, the tool role, earlier tool_calls) go to the
 template; tool calls in the output are read back by tool_parsers.py into `tool_calls` with
 finish_reason "tool_calls". tool_choice "required" or a named function is forced through
@@ -22,6 +25,7 @@ from vgraph.entrypoints.openai.serving_engine import (
     OpenAIServing,
     finite,
     prompt_logprobs_json,
+    token_text,
     usage,
 )
 from vgraph.entrypoints.openai.tool_parsers import (
@@ -44,7 +48,7 @@ class OpenAIServingChat(OpenAIServing):
         """The response body, or (stream=true) an iterator of SSE events. Raises APIError."""
         self.check_request(req)
         self.check_num_seqs(1, req.n)
-        text, ids = self.prepare_prompt(self.render(req), "messages")
+        text, ids = self.prepare_prompt(self.render(req), "messages", req, req.add_special_tokens)
         top_n = (req.top_logprobs or 0) if req.logprobs else None
         params = self.sampling_params(
             req, req.max_completion_tokens or req.max_tokens, len(ids), None, top_n
@@ -66,6 +70,8 @@ class OpenAIServingChat(OpenAIServing):
         body = []
         for c in sorted(choices.values(), key=lambda c: c.index):
             message, finish_reason = assistant_message(req, c.text, tools), c.finish_reason
+            if req.echoed():
+                message["content"] = req.echoed() + (message["content"] or "")
             if message.get("tool_calls"):
                 finish_reason = "tool_calls"
             body.append(
@@ -74,7 +80,9 @@ class OpenAIServingChat(OpenAIServing):
                     "message": message,
                     "logprobs": None
                     if top_n is None
-                    else chat_logprobs(c.token_ids, c.logprobs, top_n),
+                    else chat_logprobs(
+                        c.token_ids, c.logprobs, top_n, req.return_tokens_as_token_ids
+                    ),
                     "finish_reason": finish_reason,
                     "stop_reason": c.stop_reason,
                 }
@@ -91,6 +99,7 @@ class OpenAIServingChat(OpenAIServing):
                 self.engine.tokenizer,
                 [m.template_dict() for m in req.messages],
                 add_generation_prompt=req.add_generation_prompt,
+                continue_final_message=req.continue_final_message,
                 tools=[t.model_dump(exclude_none=True) for t in req.tools or ()],
                 chat_template_kwargs=req.chat_template_kwargs,
             )
@@ -128,15 +137,21 @@ class OpenAIServingChat(OpenAIServing):
         top_n: int | None,
         tools: ToolParser | dict[str, Any] | None,
     ) -> AsyncIterator[str]:
-        """SSE events: first a chunk per choice that gives the role (as OpenAI does). With
-        tools, text that may be a call is held back; the calls come whole in the last chunk.
-        prompt_logprobs ride on each choice's first chunk after the role, as in a streamed
-        completion."""
+        """SSE events: first a chunk per choice that gives the role (as OpenAI does), then one
+        with the echoed message (echo). With tools, text that may be a call is held back; the
+        calls come whole in the last chunk. prompt_logprobs ride on each choice's first chunk
+        of output, as in a streamed completion."""
         role = {"role": "assistant", "content": ""}
         first = [
             {"index": j, "delta": role, "logprobs": None, "finish_reason": None}
             for j in range(req.n)
         ]
+        if req.echoed():  # the echoed last message, before anything generated
+            echo = {"content": req.echoed()}
+            first += [
+                {"index": j, "delta": echo, "logprobs": None, "finish_reason": None}
+                for j in range(req.n)
+            ]
         texts: dict[int, str] = {}  # choice index -> whole text so far
         sent: dict[int, int] = {}  # choice index -> characters sent as content
         latest: dict[int, RequestOutput] = {}  # the output being streamed (one prompt: index 0)
@@ -145,7 +160,9 @@ class OpenAIServingChat(OpenAIServing):
         def make_choice(_: int, comp: CompletionOutput) -> dict[str, Any]:
             lp = None
             if top_n is not None:
-                lp = chat_logprobs(comp.token_ids, comp.logprobs or [], top_n)
+                lp = chat_logprobs(
+                    comp.token_ids, comp.logprobs or [], top_n, req.return_tokens_as_token_ids
+                )
             delta: dict[str, Any] = {"content": comp.text}
             finish_reason = comp.finish_reason
             if tools is not None:
@@ -204,12 +221,13 @@ def assistant_message(
 
 
 def chat_logprobs(
-    token_ids: list[int], logprobs: list[dict[int, Logprob]], top_n: int
+    token_ids: list[int], logprobs: list[dict[int, Logprob]], top_n: int, as_ids: bool = False
 ) -> dict[str, list[dict[str, Any]]]:
-    """The chat logprobs object: per token its logprob and the top_n most likely tokens."""
+    """The chat logprobs object: per token its logprob and the top_n most likely tokens.
+    as_ids (return_tokens_as_token_ids): each token as "token_id:N", as vLLM's."""
 
-    def entry(lp: Logprob | None) -> dict[str, Any]:
-        token = (lp.decoded_token if lp else None) or ""
+    def entry(tid: int, lp: Logprob | None) -> dict[str, Any]:
+        token = token_text(tid, lp, as_ids)
         return {
             "token": token,
             "logprob": finite(lp.logprob) if lp else -9999.0,
@@ -218,6 +236,10 @@ def chat_logprobs(
 
     content = []
     for tid, entries in zip(token_ids, logprobs):
-        top = sorted((lp for lp in entries.values() if lp.rank <= top_n), key=lambda lp: lp.rank)
-        content.append({**entry(entries.get(tid)), "top_logprobs": [entry(lp) for lp in top]})
+        top = sorted(
+            ((t, lp) for t, lp in entries.items() if lp.rank <= top_n), key=lambda e: e[1].rank
+        )
+        content.append(
+            {**entry(tid, entries.get(tid)), "top_logprobs": [entry(t, lp) for t, lp in top]}
+        )
     return {"content": content}

@@ -17,6 +17,7 @@ from vgraph.entrypoints.openai.serving_engine import (
     OpenAIServing,
     finite,
     prompt_logprobs_json,
+    token_text,
     usage,
 )
 from vgraph.outputs import CompletionOutput, Logprob, RequestOutput
@@ -34,7 +35,7 @@ class OpenAIServingCompletion(OpenAIServing):
         self.check_request(req)
         prompts = prompt_list(req.prompt)
         self.check_num_seqs(len(prompts), req.n)
-        tokenized = [self.prepare_prompt(p, "prompt") for p in prompts]
+        tokenized = [self.prepare_prompt(p, "prompt", req, req.add_special_tokens) for p in prompts]
         prompt_lp = req.prompt_logprobs
         if req.echo and req.logprobs is not None:  # the echoed prompt carries logprobs too
             prompt_lp = max(req.logprobs, prompt_lp or 0)
@@ -67,7 +68,9 @@ class OpenAIServingCompletion(OpenAIServing):
                 entries = [*(out.prompt_logprobs or []), *entries]
             lp = None
             if req.logprobs is not None:
-                lp = completion_logprobs(token_ids, entries, 0, self.decode)
+                lp = completion_logprobs(
+                    token_ids, entries, 0, self.decode, req.return_tokens_as_token_ids
+                )
             choice = {
                 "index": c.index,
                 "text": text,
@@ -109,7 +112,9 @@ class OpenAIServingCompletion(OpenAIServing):
             text_len[index] = offset + len(text)
             lp = None
             if req.logprobs is not None:
-                lp = completion_logprobs(token_ids, entries, offset, self.decode)
+                lp = completion_logprobs(
+                    token_ids, entries, offset, self.decode, req.return_tokens_as_token_ids
+                )
             choice = {
                 "index": index,
                 "text": text,
@@ -153,21 +158,23 @@ def completion_logprobs(
     logprobs: list[dict[int, Logprob] | None],
     text_offset: int,
     decode: Callable[[list[int]], str] | None = None,
+    as_ids: bool = False,
 ) -> dict[str, list[Any]]:
     """The legacy completions logprobs object for these tokens (an echoed prompt's first token
-    has no entries: logprob and top_logprobs None, as OpenAI's)."""
+    has no entries: logprob and top_logprobs None, as OpenAI's). as_ids: tokens as
+    "token_id:N" (return_tokens_as_token_ids)."""
     tokens, token_logprobs, top, offsets = [], [], [], []
     for tid, entries in zip(token_ids, logprobs):
         sampled = None if entries is None else entries.get(tid)
-        text = (sampled.decoded_token if sampled else None) or ""
-        if sampled is None and decode is not None:
+        text = token_text(tid, sampled, as_ids)
+        if sampled is None and decode is not None and not as_ids:
             text = decode([tid])
         tokens.append(text)
         token_logprobs.append(finite(sampled.logprob) if sampled else None)
         top.append(
             None
             if entries is None
-            else {(lp.decoded_token or ""): finite(lp.logprob) for lp in entries.values()}
+            else {token_text(t, lp, as_ids): finite(lp.logprob) for t, lp in entries.items()}
         )
         offsets.append(text_offset)
         text_offset += len(text)

@@ -65,6 +65,14 @@ def prompt_logprobs_json(
     ]
 
 
+def token_text(token_id: int, lp: Logprob | None, as_id: bool = False) -> str:
+    """A token as logprobs show it: its decoded text, or "token_id:N" (vLLM's
+    return_tokens_as_token_ids, for tokens whose text is not valid UTF-8 on its own)."""
+    if as_id:
+        return f"token_id:{token_id}"
+    return (lp.decoded_token if lp else None) or ""
+
+
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
     """OpenAI's usage object; cached_tokens: prompt tokens served from the prefix cache."""
     return {
@@ -132,11 +140,21 @@ class OpenAIServing:
                 code="too_many_sequences",
             )
 
-    def prepare_prompt(self, prompt: PromptType, param: str) -> tuple[str | None, list[int]]:
-        """(text or None, token ids) of a prompt that leaves room to generate; a user's mistake
-        is an APIError (400) naming the request's field `param`."""
+    def prepare_prompt(
+        self, prompt: PromptType, param: str, req: SamplingRequest, add_special_tokens: bool
+    ) -> tuple[str | None, list[int]]:
+        """(text or None, token ids) of a prompt that leaves room to generate, tokenized as
+        the request asks (add_special_tokens, truncate_prompt_tokens); a user's mistake is an
+        APIError (400) naming the request's field `param`."""
+        truncate = req.truncate_prompt_tokens
+        if truncate is not None and truncate > self.max_model_len:
+            raise APIError(
+                f"truncate_prompt_tokens={truncate} is more than this model's maximum context "
+                f"length ({self.max_model_len} tokens); use -1 or at most {self.max_model_len}",
+                param="truncate_prompt_tokens",
+            )
         try:
-            text, ids = self.engine.processor.process_prompt(prompt)
+            text, ids = self.engine.processor.process_prompt(prompt, add_special_tokens, truncate)
         except ValueError as e:
             raise APIError(str(e), param=param) from None
         if len(ids) >= self.max_model_len:

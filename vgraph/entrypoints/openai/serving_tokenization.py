@@ -30,7 +30,8 @@ class TokenizeRequest(StrictModel):
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
     add_special_tokens: bool | None = None  # default: True for a prompt, False for messages
-    add_generation_prompt: bool = True
+    add_generation_prompt: bool | None = None  # default: true unless continue_final_message
+    continue_final_message: bool = False
     tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     return_token_strs: bool = False
@@ -65,6 +66,7 @@ class OpenAIServingTokenization:
                     self.tokenizer,
                     [m.template_dict() for m in req.messages],
                     add_generation_prompt=req.add_generation_prompt,
+                    continue_final_message=req.continue_final_message,
                     tools=[t.model_dump(exclude_none=True) for t in req.tools or ()],
                     chat_template_kwargs=req.chat_template_kwargs,
                 )
