@@ -84,6 +84,7 @@ def test_positional_model_and_model_flag() -> None:
         (["-cc.cudagraph_mode=FULL"], {"cudagraph_mode": "FULL"}),
         (["-cc.cudagraph_capture_sizes=[1,2,4]"], {"cudagraph_capture_sizes": [1, 2, 4]}),
         (["--compilation-config.mode", "3"], {"mode": 3}),
+        (["-cc", "3"], {"mode": 3}),  # vLLM's number alone: the mode
         (
             ['-cc={"cudagraph_mode": "PIECEWISE"}', "-cc.max_cudagraph_capture_size=64"],
             {"cudagraph_mode": "PIECEWISE", "max_cudagraph_capture_size": 64},
@@ -115,6 +116,14 @@ def test_optimization_levels(argv: list[str], mode: CUDAGraphMode | None, piecew
     assert cc.piecewise_available() is piecewise
     with pytest.raises(ValueError, match="optimization_level=4 is not allowed"):
         EngineArgs(optimization_level=4).compilation()
+
+
+def test_compilation_config_as_a_number_is_the_mode() -> None:
+    """vLLM's LLM(compilation_config=3)."""
+    assert EngineArgs(compilation_config=3).compilation().piecewise_available()
+    assert not EngineArgs(compilation_config=0).compilation().piecewise_available()
+    with pytest.raises(ValueError, match="mode=2"):
+        EngineArgs(compilation_config=2).compilation()
 
 
 def test_vllm_compilation_keys(caplog: pytest.LogCaptureFixture) -> None:

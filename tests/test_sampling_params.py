@@ -64,3 +64,13 @@ def test_the_core_rechecks_on_decode() -> None:
     raw = msgspec.msgpack.encode(["r", [1], {"temperature": 1e400}, [2]])
     with pytest.raises(msgspec.ValidationError, match="temperature"):
         msgspec.msgpack.decode(raw, type=EngineCoreRequest)
+
+
+def test_top_k_zero_means_all_tokens(tmp_path) -> None:
+    """vLLM reads top_k 0 as "all tokens", and generation configs (e.g. Qwen-1_8B's) carry it."""
+    from vgraph.entrypoints.generation_config import load_sampling_defaults
+
+    assert SamplingParams(top_k=0).top_k == -1
+    (tmp_path / "generation_config.json").write_text('{"top_k": 0, "temperature": 0.7}')
+    defaults = load_sampling_defaults(tmp_path)
+    assert SamplingParams(**defaults).top_k == -1

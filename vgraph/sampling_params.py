@@ -105,7 +105,7 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
     n: int = 1
     temperature: float = 1.0  # below SAMPLING_EPS: greedy
     top_p: float = 1.0
-    top_k: int = -1  # -1: all tokens
+    top_k: int = -1  # -1 (or 0, read as -1): all tokens
     min_p: float = 0.0
     seed: int | None = None
     max_tokens: int | None = 16  # None: up to max_model_len
@@ -144,7 +144,9 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
         _check(self.n >= 1, "n", self.n, "an integer >= 1")
         _check(self.temperature >= 0.0, "temperature", self.temperature, "a number >= 0")
         _check(0.0 < self.top_p <= 1.0, "top_p", self.top_p, "a number in (0, 1]")
-        _check(self.top_k == -1 or self.top_k >= 1, "top_k", self.top_k, "-1 (disabled) or >= 1")
+        _check(self.top_k >= -1, "top_k", self.top_k, "0 or -1 (disabled), or >= 1")
+        if self.top_k == 0:  # vLLM's default spelling of "all tokens" (generation configs use it)
+            self.top_k = -1
         _check(0.0 <= self.min_p <= 1.0, "min_p", self.min_p, "a number in [0, 1]")
         _check(
             self.max_tokens is None or self.max_tokens >= 1,

@@ -7,14 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from vgraph.config import ModelConfig
-
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
+from vgraph.config.engine import TOKENIZER_FILES
 
 
 def load_tokenizer(config: ModelConfig) -> Any | None:
-    """The checkpoint's tokenizer, or None when the folder has none (dummy configs)."""
+    """The checkpoint's tokenizer, or None when the folder has none (dummy configs); an
+    explicit tokenizer folder was checked to hold one (resolve_tokenizer_path)."""
     folder = Path(config.tokenizer or config.model)
-    if not any((folder / f).is_file() for f in _TOKENIZER_FILES):
+    if not any((folder / f).is_file() for f in TOKENIZER_FILES):
         return None
     from transformers import AutoTokenizer
 

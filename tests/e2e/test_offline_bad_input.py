@@ -60,8 +60,7 @@ BAD_PARAMS = [
     ({"temperature": -0.5}, "temperature", "-0.5", ">= 0"),
     ({"top_p": 0.0}, "top_p", "0.0", "(0, 1]"),
     ({"top_p": 1.5}, "top_p", "1.5", "(0, 1]"),
-    ({"top_k": 0}, "top_k", "0", "-1 (disabled) or >= 1"),
-    ({"top_k": -2}, "top_k", "-2", "-1 (disabled) or >= 1"),
+    ({"top_k": -2}, "top_k", "-2", "0 or -1 (disabled), or >= 1"),
     ({"max_tokens": 0}, "max_tokens", "0", ">= 1"),
     ({"n": 0}, "n", "0", ">= 1"),
     ({"logprobs": 21}, "logprobs", "21", "[0, 20]"),
@@ -138,6 +137,18 @@ def test_bad_prompt(llm: LLM, good_outputs: list[list[int]], prompt: Any, parts:
 def test_prompt_of_exactly_max_model_len_is_served(llm: LLM) -> None:
     out = llm.generate([[7] * MAX_MODEL_LEN], GOOD_PARAMS, use_tqdm=False)[0].outputs[0]
     assert len(out.token_ids) == 1 and out.finish_reason == "length"
+
+
+def test_bad_params_entry_after_good_ones_queues_nothing(
+    llm: LLM, good_outputs: list[list[int]]
+) -> None:
+    """The second entry's token id is checked against the vocabulary only as it is queued: the
+    first prompt's request, queued by then, is taken back."""
+    bad = SamplingParams(max_tokens=200, ignore_eos=True, stop_token_ids=[10**6])
+    with pytest.raises(ValueError) as err:
+        llm.generate(GOOD_PROMPTS, [GOOD_PARAMS, bad], use_tqdm=False)
+    assert_message(err, "stop_token_ids", "1000000")
+    assert_nothing_queued_and_still_serving(llm, good_outputs)
 
 
 def test_sampling_params_list_of_the_wrong_length(llm: LLM, good_outputs: list[list[int]]) -> None:
@@ -217,13 +228,22 @@ def test_missing_safetensors_is_fine_for_dummy_weights(
     assert len(llm.generate([1, 2, 3], GOOD_PARAMS, use_tqdm=False)[0].outputs[0].token_ids) == 6
 
 
-def test_bad_engine_arguments(text_model_dir: Path) -> None:
+def test_bad_engine_arguments(text_model_dir: Path, tmp_path: Path) -> None:
     model = str(text_model_dir)
     cases = [
+        ({"tokenizer": "/no/such/tokenizer"}, ["tokenizer='/no/such/tokenizer'", "not a folder"]),
+        ({"tokenizer": str(tmp_path)}, [f"tokenizer={str(tmp_path)!r}", "tokenizer.json"]),
         ({"max_model_len": 513}, ["max_model_len=513", "1..512"]),
         ({"load_format": "pickle"}, ["load_format='pickle'", "dummy"]),
         ({"dtype": "int8"}, ["dtype='int8'", "float32"]),
         ({"block_size": 8}, ["block_size=8", "16 or 32"]),
+        ({"block_size": "16"}, ["block_size='16'", "an integer"]),
+        ({"max_model_len": "abc"}, ["max_model_len='abc'", "an integer or None"]),
+        ({"gpu_memory_utilization": "0.5"}, ["gpu_memory_utilization='0.5'", "a number"]),
+        ({"served_model_name": 5}, ["served_model_name=5", "a list of strings"]),
+        ({"enforce_eager": "yes"}, ["enforce_eager='yes'", "a boolean"]),
+        ({"cpu_kv_cache_bytes": 0}, ["cpu_kv_cache_bytes=0", ">= 1"]),
+        ({"max_num_batched_tokens": 0}, ["max_num_batched_tokens=0", ">= 1"]),
     ]
     for kwargs, parts in cases:
         with pytest.raises(ValueError) as err:

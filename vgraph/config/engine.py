@@ -100,6 +100,8 @@ class CacheConfig:
             raise ValueError(
                 f"gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]"
             )
+        if self.cpu_kv_cache_bytes < 1:
+            raise ValueError(f"cpu_kv_cache_bytes={self.cpu_kv_cache_bytes} must be >= 1")
         if self.num_gpu_blocks_override is not None and self.num_gpu_blocks_override < 1:
             raise ValueError(f"num_gpu_blocks_override={self.num_gpu_blocks_override} must be >= 1")
 
@@ -194,6 +196,36 @@ def resolve_model_path(
         f"checkpoint folder (config.json, *.safetensors, tokenizer files), a Hub id or one of "
         f"the shipped configs: {sorted(p.name for p in configs.iterdir() if p.is_dir())}"
     )
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
+TOKENIZER_PATTERNS = ["*.json", "*.model", "*.txt", "*.jinja", "*.tiktoken"]  # no weights
+
+
+def resolve_tokenizer_path(
+    tokenizer: str, revision: str | None = None, download_dir: str | None = None
+) -> str:
+    """An explicit tokenizer: a folder holding tokenizer files, or a Hub id whose tokenizer
+    files (not its weights) are fetched. Raises ValueError naming `tokenizer`."""
+    path = Path(tokenizer).expanduser()
+    if path.is_dir():
+        folder = str(path.resolve())
+    elif tokenizer.count("/") == 1 and not tokenizer.startswith((".", "/", "~")):
+        from vgraph.config.hub import resolve_hub_model
+
+        folder = resolve_hub_model(
+            tokenizer, revision, download_dir, "tokenizer", TOKENIZER_PATTERNS
+        )
+    else:
+        raise ValueError(
+            f"tokenizer={tokenizer!r} is not a folder nor a Hugging Face Hub id (org/name)"
+        )
+    if not any((Path(folder) / f).is_file() for f in TOKENIZER_FILES):
+        raise ValueError(
+            f"tokenizer={tokenizer!r}: {folder} holds none of the tokenizer files "
+            f"{', '.join(TOKENIZER_FILES)}"
+        )
+    return folder
 
 
 def load_hf_config(model: str) -> dict[str, Any]:

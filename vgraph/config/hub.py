@@ -30,23 +30,34 @@ def hub_cache_dir(download_dir: str | None) -> str:
     return os.environ.get("HF_HUB_CACHE") or constants.HF_HUB_CACHE
 
 
-def resolve_hub_model(model_id: str, revision: str | None, download_dir: str | None) -> str:
-    """The snapshot folder of model_id at revision (default main); ValueError if unreachable."""
+def resolve_hub_model(
+    model_id: str,
+    revision: str | None,
+    download_dir: str | None,
+    what: str = "model",
+    allow_patterns: list[str] | None = None,
+) -> str:
+    """The snapshot folder of model_id at revision (default main); ValueError if unreachable.
+    what: the argument named in errors; allow_patterns: the files fetched (default: a model's)."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HFValidationError
 
     cache = hub_cache_dir(download_dir)
-    kw = {"revision": revision, "cache_dir": cache, "allow_patterns": ALLOW_PATTERNS}
+    kw = {
+        "revision": revision,
+        "cache_dir": cache,
+        "allow_patterns": allow_patterns or ALLOW_PATTERNS,
+    }
     try:
         return snapshot_download(model_id, local_files_only=True, **kw)
     except HFValidationError as e:
         raise ValueError(
-            f"model={model_id!r} is neither a local folder nor a valid Hugging Face Hub id ({e})"
+            f"{what}={model_id!r} is neither a local folder nor a valid Hugging Face Hub id ({e})"
         ) from None
     except Exception as cached_error:  # noqa: BLE001 - not (fully) in the cache
         if hub_offline():
             raise ValueError(
-                f"model={model_id!r} (revision {revision or 'main'}) is not in the Hugging Face "
+                f"{what}={model_id!r} (revision {revision or 'main'}) is not in the Hugging Face "
                 f"cache {cache} and HF_HUB_OFFLINE is set, so it cannot be downloaded "
                 f"({type(cached_error).__name__})"
             ) from None
@@ -55,6 +66,6 @@ def resolve_hub_model(model_id: str, revision: str | None, download_dir: str | N
         return snapshot_download(model_id, **kw)
     except Exception as e:  # noqa: BLE001 - network, auth, unknown repo or revision
         raise ValueError(
-            f"model={model_id!r} (revision {revision or 'main'}) is not in the Hugging Face "
+            f"{what}={model_id!r} (revision {revision or 'main'}) is not in the Hugging Face "
             f"cache {cache} and could not be downloaded: {type(e).__name__}: {str(e)[:300]}"
         ) from None

@@ -31,6 +31,7 @@ from vgraph.config.engine import (
     resolve_device,
     resolve_dtype,
     resolve_model_path,
+    resolve_tokenizer_path,
 )
 from vgraph.engine.engine_args import ENGINE_ARG_NAMES, EngineArgs
 
@@ -39,6 +40,7 @@ __all__ = ["EngineArgs", "build_engine_config", "create_engine_config"]
 
 def build_engine_config(args: EngineArgs) -> VGraphConfig:
     """Resolve every "auto" and build the frozen config. Raises ValueError on bad input."""
+    args.check_types()
     args.check_unsupported()
     comp = args.compilation()  # before the model: a bad -cc fails without touching it
     model_id = args.model
@@ -62,7 +64,9 @@ def build_engine_config(args: EngineArgs) -> VGraphConfig:
             f"max_model_len={max_model_len} is not allowed; use 1..{model_max} "
             f"(the model's max_position_embeddings)"
         )
-    max_num_batched_tokens = args.max_num_batched_tokens or 8192
+    max_num_batched_tokens = args.max_num_batched_tokens
+    if max_num_batched_tokens is None:
+        max_num_batched_tokens = 8192
     if args.seed < 0:
         raise ValueError(f"seed={args.seed} must be >= 0")
     names = args.served_names()
@@ -73,7 +77,11 @@ def build_engine_config(args: EngineArgs) -> VGraphConfig:
         max_model_len=max_model_len,
         load_format=args.load_format,
         seed=args.seed,
-        tokenizer=args.tokenizer,
+        tokenizer=(
+            None
+            if args.tokenizer is None
+            else resolve_tokenizer_path(args.tokenizer, download_dir=args.download_dir)
+        ),
         served_model_name=names[0] if names else None,
         served_model_names=names,
         max_logprobs=args.max_logprobs,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,7 +51,9 @@ class EngineArgs:
         "accepted for vLLM compatibility: vgraph runs only its own model code (vgraph/models), "
         "never a repository's Python files",
     )
-    tokenizer: str | None = arg(None, "tokenizer folder (default: the model's)")
+    tokenizer: str | None = arg(
+        None, "tokenizer folder or Hugging Face Hub id (default: the model's)"
+    )
     served_model_name: list[str] | None = arg(
         None,
         "model name(s) in the API; the first is the one responses carry (default: the model "
@@ -104,11 +107,12 @@ class EngineArgs:
     max_logprobs: int = arg(
         MAX_LOGPROBS, f"most logprobs a request may ask for (<= {MAX_LOGPROBS})"
     )
-    compilation_config: dict[str, Any] | CompilationConfig | str | None = arg(
+    compilation_config: dict[str, Any] | CompilationConfig | str | int | None = arg(
         None,
         'graph-mode settings: JSON (\'{"cudagraph_mode": "FULL_DECODE_ONLY"}\') or dotted '
         "(-cc.cudagraph_mode=FULL); vLLM's keys mode/level, backend, compile_sizes and "
-        "full_cuda_graph are understood; may be given several times (merged)",
+        "full_cuda_graph are understood, and a number alone is the mode; may be given "
+        "several times (merged)",
         flags=["-cc"],
         metavar="JSON",
     )
@@ -142,6 +146,8 @@ class EngineArgs:
             return cc
         if isinstance(cc, str):
             cc = CompilationConfig.parse_json(cc)
+        if isinstance(cc, int) and not isinstance(cc, bool):
+            cc = {"mode": cc}  # vLLM's LLM(compilation_config=3): the compilation mode alone
         if cc is not None and not isinstance(cc, dict):
             return CompilationConfig.parse(cc)  # raises: not a JSON object
         return CompilationConfig.parse(apply_optimization_level(self.optimization_level, cc or {}))
@@ -155,6 +161,23 @@ class EngineArgs:
         if self.model and not Path(self.model).expanduser().is_dir() and "/" in self.model:
             return (self.model,)  # a Hub id: vLLM serves it under the id as given
         return ()
+
+    def check_types(self) -> None:
+        """Each argument of a plain type (int, float, bool, str, a list of str, or None where
+        allowed) must have it: a ValueError naming the argument, not a TypeError from deep
+        inside (LLM keywords and YAML files are not typed by argparse). A path given for a
+        string (a pathlib.Path model folder) becomes its string."""
+        for f in dataclasses.fields(self):
+            kinds = [k.strip() for k in str(f.type).split("|")]
+            if not all(k in _PLAIN_TYPES for k in kinds):
+                continue  # compilation_config: parsed and checked by CompilationConfig
+            value = getattr(self, f.name)
+            if "str" in kinds and isinstance(value, os.PathLike):
+                value = os.fspath(value)
+                setattr(self, f.name, value)
+            if not any(_PLAIN_TYPES[k][0](value) for k in kinds):
+                allowed = " or ".join(_PLAIN_TYPES[k][1] for k in kinds)
+                raise ValueError(f"{f.name}={value!r} is not allowed; use {allowed}")
 
     def check_unsupported(self) -> None:
         """vLLM arguments whose feature vgraph lacks: only their vLLM default (or off) works."""
@@ -174,5 +197,22 @@ class EngineArgs:
             if bad:
                 raise ValueError(f"{name}={getattr(self, name)!r} is not supported: {why}")
 
+
+# an annotation's plain types: (accepts the value, what the error says is allowed)
+_PLAIN_TYPES = {
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "float": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
+    "bool": (lambda v: isinstance(v, bool), "a boolean"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "list[str]": (
+        lambda v: (
+            isinstance(v, str)  # one name, as vLLM's LLM(served_model_name=...) takes
+            or isinstance(v, (list, tuple))
+            and all(isinstance(x, str) for x in v)
+        ),
+        "a string or a list of strings",
+    ),
+    "None": (lambda v: v is None, "None"),
+}
 
 ENGINE_ARG_NAMES = frozenset(f.name for f in dataclasses.fields(EngineArgs))

@@ -240,6 +240,8 @@ def engine_args_from(args: argparse.Namespace) -> EngineArgs:
             from vgraph.config import CompilationConfig
 
             value = CompilationConfig.parse_json(text)
+            if isinstance(value, int) and not isinstance(value, bool):
+                value = {"mode": value}  # vLLM's `-cc 3`: the compilation mode alone
             if not isinstance(value, dict):
                 raise ValueError(
                     f"compilation config must be a JSON object, got {type(value).__name__}"

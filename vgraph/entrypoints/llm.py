@@ -81,17 +81,23 @@ class LLM:
                     f"sampling_params has {len(params)} entries for {len(prompts)} prompts; "
                     f"give one SamplingParams or one per prompt"
                 )
-        # validate everything first so a bad prompt or params entry queues nothing
+        # a bad prompt or params entry queues nothing: the prompts and types are checked first,
+        # and an entry the processor refuses (token ids outside the vocabulary, a grammar that
+        # does not parse, ...) takes back the requests queued before it
         bad = next((p for p in params if not isinstance(p, SamplingParams)), None)
         if bad is not None:
             raise ValueError(
                 f"sampling_params entry of type {type(bad).__name__} is not a SamplingParams"
             )
         tokenized = [self.engine.processor.process_prompt(p) for p in prompts]
-        ids = []
-        for (text, prompt_ids), p in zip(tokenized, params):
-            ids.append(str(next(self._ids)))
-            self.engine.add_tokenized(ids[-1], text, prompt_ids, p)
+        ids: list[str] = []
+        try:
+            for (text, prompt_ids), p in zip(tokenized, params):
+                ids.append(str(next(self._ids)))
+                self.engine.add_tokenized(ids[-1], text, prompt_ids, p)
+        except BaseException:
+            self.engine.abort_request(ids)
+            raise
         return self._run(ids, use_tqdm)
 
     def chat(
