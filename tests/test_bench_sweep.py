@@ -133,11 +133,13 @@ def test_sweep_refuses_bad_lists_before_starting_anything(tiny_checkpoint):
         ("1,x", "--lists: '1,x' is not a capture list"),
         ("pow2 pow2", "--lists: pow2 given more than once"),
         ("pow2 --output-len 1", "--output-len=1 must be >= 2"),
-        ("pow2 --concurrency 0 2", "every level must be >= 1"),
     ):
         args = add_cli_args(argparse.ArgumentParser()).parse_args(f"{base} {lists}".split())
         with pytest.raises(SystemExit, match=match):
             main(args)
+    with pytest.raises(SystemExit) as usage_error:  # a level of 0: argparse's usage error
+        add_cli_args(argparse.ArgumentParser()).parse_args(f"{base} pow2 --concurrency 0 2".split())
+    assert usage_error.value.code == 2
     args = add_cli_args(argparse.ArgumentParser()).parse_args(
         f"{base} pow2 --concurrency 8".split()
     )

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from vgraph.bench.args import nonneg_int, positive_int
 from vgraph.engine.engine_args import EngineArgs
 from vgraph.entrypoints.cli_args import add_dataclass_args, engine_args_from
 from vgraph.sampling_params import SamplingParams
@@ -26,18 +27,22 @@ PERCENTILES = [10, 25, 50, 75, 90, 99]
 
 def add_offline_args(p: argparse.ArgumentParser) -> None:
     """What both offline benchmarks take: the workload's shape and the engine's arguments."""
-    p.add_argument("--input-len", type=int, default=32, help="prompt tokens (default: 32)")
-    p.add_argument("--output-len", type=int, default=128, help="tokens generated per sample")
-    p.add_argument("--n", type=int, default=1, help="samples per prompt (default: 1)")
+    p.add_argument("--input-len", type=positive_int, default=32, help="prompt tokens (default: 32)")
+    p.add_argument(
+        "--output-len", type=positive_int, default=128, help="tokens generated per sample"
+    )
+    p.add_argument("--n", type=positive_int, default=1, help="samples per prompt (default: 1)")
     p.add_argument("--output-json", default=None, help="write the results as JSON here")
     add_dataclass_args(p, EngineArgs, "engine", positional=False)
 
 
 def add_cli_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add_offline_args(p)
-    p.add_argument("--batch-size", type=int, default=8, help="prompts per batch (default: 8)")
-    p.add_argument("--num-iters-warmup", type=int, default=10, help="untimed batches first")
-    p.add_argument("--num-iters", type=int, default=30, help="timed batches (default: 30)")
+    p.add_argument(
+        "--batch-size", type=positive_int, default=8, help="prompts per batch (default: 8)"
+    )
+    p.add_argument("--num-iters-warmup", type=nonneg_int, default=10, help="untimed batches first")
+    p.add_argument("--num-iters", type=positive_int, default=30, help="timed batches (default: 30)")
     return p
 
 

@@ -18,6 +18,7 @@ import asyncio
 import json
 import os
 import random
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -27,6 +28,8 @@ import httpx
 import msgspec
 import numpy as np
 
+from vgraph.bench.args import nonneg_int, positive_float, positive_int
+
 
 def add_cli_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--base-url", default=None, help="server to drive (default: --host, --port)")
@@ -35,13 +38,13 @@ def add_cli_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--endpoint", default="/v1/completions")
     p.add_argument("--model", default=None, help="model name (default: the server's first)")
     p.add_argument("--api-key", default=os.environ.get("VGRAPH_API_KEY"))
-    p.add_argument("--num-prompts", type=int, default=100)
+    p.add_argument("--num-prompts", type=positive_int, default=100)
     p.add_argument("--dataset-name", default="random", choices=["random"], help="prompts' source")
     p.add_argument(
         "--random-input-len",
         "--input-len",
         dest="input_len",
-        type=int,
+        type=positive_int,
         default=1024,
         help="prompt length in tokens (default: 1024, as vLLM)",
     )
@@ -49,30 +52,32 @@ def add_cli_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--random-output-len",
         "--output-len",
         dest="output_len",
-        type=int,
+        type=positive_int,
         default=128,
         help="max_tokens of each request (default: 128)",
     )
     p.add_argument(
         "--vocab-size",
-        type=int,
+        type=positive_int,
         default=512,
         help="prompt token ids are drawn from [0, vocab-size)",
     )
     p.add_argument(
         "--request-rate",
-        type=float,
+        type=positive_float,
         default=float("inf"),
         help="requests per second, Poisson arrivals (default: inf, all at once)",
     )
-    p.add_argument("--max-concurrency", type=int, default=None, help="most requests in flight")
+    p.add_argument(
+        "--max-concurrency", type=positive_int, default=None, help="most requests in flight"
+    )
     p.add_argument(
         "--ignore-eos",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="generate exactly --output-len tokens (default: on)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=nonneg_int, default=0)
     p.add_argument(
         "--percentile-metrics",
         default="ttft,tpot,itl",
@@ -276,7 +281,12 @@ def print_table(r: dict[str, Any], metrics: list[str], percentiles: list[float])
 
 
 def main(args: argparse.Namespace) -> int:
-    report = asyncio.run(run_benchmark(args))
+    try:
+        report = asyncio.run(run_benchmark(args))
+    except httpx.TransportError as e:  # no server there (each request's own errors are counted)
+        url = args.base_url or f"http://{args.host}:{args.port}"
+        print(f"vgraph bench serve: error: no server answers at {url}: {e!r}", file=sys.stderr)
+        return 1
     metrics = [m.strip() for m in args.percentile_metrics.split(",") if m.strip()]
     print_table(report, metrics, parse_percentiles(args.metric_percentiles))
     if args.save_result or args.result_file:

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from vgraph.bench.args import nonneg_int, positive_int
 from vgraph.bench.common import (
     BLOCK_SIZE,
     StepBuilder,
@@ -52,12 +53,14 @@ ALL_MODES = ["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWIS
 def add_cli_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add_engine_args(p)
     p.add_argument("--modes", nargs="+", default=ALL_MODES, help="cudagraph modes to compare")
-    p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 32, 128])
-    p.add_argument("--context-len", type=int, default=128, help="prefilled tokens per request")
+    p.add_argument("--batch-sizes", nargs="+", type=positive_int, default=[1, 8, 32, 128])
+    p.add_argument(
+        "--context-len", type=positive_int, default=128, help="prefilled tokens per request"
+    )
     p.add_argument("--mixed", default="4+60", help="mixed step: DECODES+CHUNK, '' to skip")
-    p.add_argument("--max-model-len", type=int, default=2048)
-    p.add_argument("--num-iters", type=int, default=100)
-    p.add_argument("--num-warmup", type=int, default=10)
+    p.add_argument("--max-model-len", type=positive_int, default=2048)
+    p.add_argument("--num-iters", type=positive_int, default=100)
+    p.add_argument("--num-warmup", type=nonneg_int, default=10)
     p.add_argument("--out", default=None, help="write results as JSON here")
     p.add_argument(
         "--no-kernel-profile",

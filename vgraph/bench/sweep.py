@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from vgraph.bench import sweep_report, sweep_timing, workload
+from vgraph.bench.args import nonneg_int, positive_float, positive_int
 from vgraph.bench.common import add_engine_args, startup_result
 from vgraph.bench.sweep_candidates import (
     RECOMMENDED,
@@ -61,9 +62,9 @@ def add_cli_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="PIECEWISE sizes apart (as --lists, no recommended): the lists of PIECEWISE, a "
         "second axis for FULL_AND_PIECEWISE (default: the capture list)",
     )
-    p.add_argument("--concurrency", nargs="+", type=int, default=[1, 6, 24, 48])
-    p.add_argument("--input-len", type=int, default=128)
-    p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--concurrency", nargs="+", type=positive_int, default=[1, 6, 24, 48])
+    p.add_argument("--input-len", type=positive_int, default=128)
+    p.add_argument("--output-len", type=positive_int, default=128)
     src = p.add_mutually_exclusive_group()
     src.add_argument(
         "--workload-file", default=None, help="batch-size histogram: JSON or saved /metrics text"
@@ -73,17 +74,19 @@ def add_cli_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--context-len",
-        type=int,
+        type=positive_int,
         default=None,
         help="sawtooth KV tokens per request (default: input_len + output_len / 2)",
     )
-    p.add_argument("--max-num-seqs", type=int, default=256, help="as `vgraph serve`")
-    p.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    p.add_argument("--max-sizes", type=int, default=8, help="recommended: at most K sizes")
-    p.add_argument("--memory-budget-mib", type=float, default=None, help="recommended: budget")
-    p.add_argument("--num-iters", type=int, default=20, help="timed steps per batch size")
-    p.add_argument("--num-warmup", type=int, default=3)
-    p.add_argument("--num-rounds", type=int, default=3, help="end-to-end runs per level")
+    p.add_argument("--max-num-seqs", type=positive_int, default=256, help="as `vgraph serve`")
+    p.add_argument("--max-num-batched-tokens", type=positive_int, default=8192)
+    p.add_argument("--max-sizes", type=positive_int, default=8, help="recommended: at most K sizes")
+    p.add_argument(
+        "--memory-budget-mib", type=positive_float, default=None, help="recommended: budget"
+    )
+    p.add_argument("--num-iters", type=positive_int, default=20, help="timed steps per batch size")
+    p.add_argument("--num-warmup", type=nonneg_int, default=3)
+    p.add_argument("--num-rounds", type=positive_int, default=3, help="end-to-end runs per level")
     p.add_argument("--out", default=None, help="write results as JSON here")
     p.add_argument("--plot-dir", default=None, help="PNG plots here (default: beside --out)")
     return p

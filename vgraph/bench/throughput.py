@@ -13,12 +13,13 @@ import json
 import time
 from typing import Any
 
+from vgraph.bench.args import positive_int
 from vgraph.bench.latency import add_offline_args, make_llm, random_prompts, sampling_params
 
 
 def add_cli_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add_offline_args(p)
-    p.add_argument("--num-prompts", type=int, default=1000, help="prompts (default: 1000)")
+    p.add_argument("--num-prompts", type=positive_int, default=1000, help="prompts (default: 1000)")
     p.add_argument("--dataset-name", default="random", choices=["random"], help="prompts' source")
     return p
 

@@ -23,6 +23,7 @@ import zmq
 
 from vgraph.config import VGraphConfig
 from vgraph.distributed.messages import DECODER, TPShutdown
+from vgraph.utils import thread_lock_for_progress_bars
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ def run_worker(config: VGraphConfig, rank: int, folder: str, parent_pid: int) ->
         format=f"(TPWorker rank={rank} pid=%(process)d) %(levelname)s %(asctime)s %(name)s: "
         "%(message)s",
     )
+    thread_lock_for_progress_bars()
     code = 1
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PULL)

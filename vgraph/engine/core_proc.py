@@ -47,6 +47,7 @@ from vgraph.engine.protocol import (
     UtilityOutput,
     UtilityRequest,
 )
+from vgraph.utils import thread_lock_for_progress_bars
 
 logger = logging.getLogger(__name__)
 
@@ -239,6 +240,7 @@ def run_engine_core(config: VGraphConfig, addresses: list[str], parent_pid: int)
         level=logging.INFO,
         format="(EngineCore pid=%(process)d) %(levelname)s %(asctime)s %(name)s: %(message)s",
     )
+    thread_lock_for_progress_bars()
     ctx = zmq.Context()
     handshake, inp, out = (ctx.socket(t) for t in (zmq.PUSH, zmq.PULL, zmq.PUSH))
     for sock, addr in zip((handshake, inp, out), addresses):

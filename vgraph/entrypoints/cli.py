@@ -58,7 +58,7 @@ def make_parser(argv: list[str]) -> argparse.ArgumentParser:
     add_serve_args(serve)
     bench = sub.add_parser("bench", help=f"benchmarks: {', '.join(BENCH_SUBCOMMANDS)}")
     bench_sub = bench.add_subparsers(
-        dest="bench_command", metavar="{" + ",".join(BENCH_SUBCOMMANDS) + "}"
+        dest="bench_command", metavar="{" + ",".join(BENCH_SUBCOMMANDS) + "}", required=True
     )
     if argv[:1] == ["bench"]:  # import the bench modules only when they are used
         for name, module_name in BENCH_SUBCOMMANDS.items():
