@@ -4,11 +4,11 @@ The prompt is rendered with the tokenizer's chat template exactly as `LLM.chat` 
 request answers as the offline API: the template writes the special tokens (add_special_tokens
 adds the tokenizer's too), a new assistant turn or, with continue_final_message, the last message
 left open (a prefilled reply). echo: the reply starts with the last message if it is the
-assistant's. max_tokens (or max_completion_tokens) defaults to all that
-fits the context. Tools (tools, tool_choice, the tool role, earlier tool_calls) go to the
-template; tool calls in the output are read back by tool_parsers.py into `tool_calls` with
-finish_reason "tool_calls". tool_choice "required" or a named function is forced through
-structured outputs: the output must follow the schema tool_parsers.forced_tool_schema builds.
+assistant's. max_tokens (or max_completion_tokens) defaults to all that fits the context. Tools
+(tools, tool_choice, the tool role, earlier tool_calls) go to the template; tool calls in the
+output are read back by tool_parsers.py into `tool_calls` with finish_reason "tool_calls".
+tool_choice "required" or a named function is forced through structured outputs: the output must
+follow the schema tool_parsers.forced_tool_schema builds.
 """
 
 from __future__ import annotations
