@@ -95,14 +95,25 @@ def test_malformed_compilation_config_exits_before_loading(value: str, words: st
 
 def test_api_key_then_graceful_sigterm(serve_model_dir: Path, tmp_path: Path) -> None:
     srv = ServerProcess(
-        serve_model_dir, tmp_path, "--api-key", "s3cret", "--served-model-name", "tiny"
+        serve_model_dir,
+        tmp_path,
+        "--api-key",
+        "s3cret",
+        "--served-model-name",
+        "tiny",
+        "--root-path",
+        "/api",
     )
     try:
         srv.wait_healthy()
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
-            resp = httpx.get(f"{srv.url}/v1/models", headers=headers)
-            assert resp.status_code == 401, headers
-            assert resp.json()["error"]["code"] == "invalid_api_key"
+            # the routes answer under the root path too (a proxy's prefix): guarded there too
+            for prefix in ("", "/api"):
+                resp = httpx.get(f"{srv.url}{prefix}/v1/models", headers=headers)
+                assert resp.status_code == 401, (prefix, headers)
+                assert resp.json()["error"]["code"] == "invalid_api_key"
+        auth = {"Authorization": "Bearer s3cret"}
+        assert httpx.get(f"{srv.url}/api/v1/models", headers=auth).status_code == 200
         # without the key, no /v1 path says whether it exists (nor which methods it takes)
         for method, path in [("GET", "/v1/nope"), ("POST", "/v1/admin/x"), ("GET", "/v1")]:
             for headers in ({}, {"Authorization": "Bearer wrong"}):

@@ -7,7 +7,8 @@
 - RequestIdMiddleware: an incoming X-Request-Id names the request (the response's `id` is
   "chatcmpl-<X-Request-Id>" or "cmpl-<...>"); with --enable-request-id-headers the response
   echoes it, or a fresh id that the handler also uses when the client sent none.
-- APIKeyMiddleware: 401 for every /v1 path without one of the keys, before any routing.
+- APIKeyMiddleware: 401 for every /v1 path without one of the keys, before any routing (the path
+  as the router sees it: under --root-path too).
 Plain ASGI callables rather than BaseHTTPMiddleware, which would break the disconnect watching
 of server.respond() and stream responses through an extra task.
 """
@@ -43,7 +44,7 @@ class APIKeyMiddleware:
         self.expected = [f"Bearer {key}".encode() for key in api_keys]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
+        path = route_path(scope)
         if scope["type"] == "http" and (path == "/v1" or path.startswith("/v1/")):
             got = dict(scope["headers"]).get(b"authorization", b"")
             # every key is compared (constant time each), so timing tells nothing of which
@@ -56,6 +57,15 @@ class APIKeyMiddleware:
                 await JSONResponse(err.body(), status_code=401)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+def route_path(scope: Scope) -> str:
+    """The path the router matches: without the root path (--root-path) when it starts with it,
+    as Starlette's routing takes it, so that /ROOT/v1/... is guarded as /v1/... is."""
+    path, root = scope.get("path", ""), scope.get("root_path", "")
+    if root and path.startswith(root) and (len(path) == len(root) or path[len(root)] == "/"):
+        return path[len(root) :]
+    return path
 
 
 class RequestIdMiddleware:
