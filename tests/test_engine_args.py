@@ -20,7 +20,12 @@ from vgraph.config.compilation_keys import translate_vllm_keys
 from vgraph.engine.arg_utils import create_engine_config, resolve_async_scheduling
 from vgraph.engine.engine_args import EngineArgs
 from vgraph.entrypoints.cli import make_parser
-from vgraph.entrypoints.cli_args import FrontendArgs, engine_args_from, expand_argv
+from vgraph.entrypoints.cli_args import (
+    FrontendArgs,
+    engine_args_from,
+    expand_argv,
+    frontend_args_from,
+)
 
 
 def parse(*argv: str) -> EngineArgs:
@@ -180,6 +185,25 @@ def test_yaml_config_fills_the_same_arguments(tmp_path: Path) -> None:
     cfg.write_text("- not a mapping\n")
     with pytest.raises(ValueError, match="must hold a mapping"):
         expand_argv(["serve", "--config", str(cfg)])
+
+
+def test_yaml_config_keeps_the_positional_model_and_every_false(tmp_path: Path) -> None:
+    """A list-valued last key (api-key) must not take the positional MODEL as a value, and a
+    false turns off any flag that has a --no- form (async scheduling's default is auto)."""
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text(
+        "max-model-len: 2048\nasync-scheduling: false\nenable-prefix-caching: false\n"
+        "api-key: [k1]\n"
+    )
+    for args in (
+        ["serve", "/models/m", "--config", str(cfg)],
+        ["serve", "--config", str(cfg), "/models/m"],
+    ):
+        ns = make_parser(args).parse_args(expand_argv(args))
+        ea = engine_args_from(ns)
+        assert ea.model == "/models/m" and frontend_args_from(ns).api_key == ["k1"]
+        assert ea.async_scheduling is False and ea.enable_prefix_caching is False
+        assert ea.max_model_len == 2048
 
 
 def test_hub_id_resolves_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

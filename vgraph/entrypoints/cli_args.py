@@ -156,16 +156,18 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
 
 
 def expand_argv(argv: list[str]) -> list[str]:
-    """--config FILE -> its flags (before the others, so the command line wins); dotted
-    compilation keys -> one -cc JSON object each."""
+    """--config FILE -> its flags (before the others, so the command line wins, but after a
+    positional MODEL right after the subcommand, which a list-valued key such as api-key would
+    otherwise take as one of its values); dotted compilation keys -> one -cc JSON object each."""
     out: list[str] = []
+    from_files: list[str] = []
     i = 0
     while i < len(argv):
         a = argv[i]
         if a == "--config" or a.startswith("--config="):
             path = a.split("=", 1)[1] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else "")
             i += 1 if "=" in a else 2
-            out = out[:1] + yaml_args(path) + out[1:]  # out[0] is the subcommand
+            from_files += yaml_args(path)
             continue
         for prefix in ("-cc.", "--compilation-config."):
             if a.startswith(prefix):
@@ -174,7 +176,8 @@ def expand_argv(argv: list[str]) -> list[str]:
                     i += 1  # `-cc.key value`
         out.append(a)
         i += 1
-    return out
+    head = 2 if len(out) > 1 and not out[1].startswith("-") else 1  # the subcommand, MODEL
+    return out[:head] + from_files + out[head:]
 
 
 def _dotted(key_value: str, following: list[str]) -> dict[str, Any]:
@@ -208,7 +211,7 @@ def yaml_args(path: str) -> list[str]:
         if value is True:
             args.append(flag)
         elif value is False:
-            if key.replace("-", "_") in ("enable_prefix_caching", "enable_chunked_prefill"):
+            if str(key).replace("-", "_") in _negatable_names():  # else false is the default
                 args.append("--no-" + flag[2:])
         elif isinstance(value, list):
             args += [flag, *map(str, value)]
@@ -217,6 +220,16 @@ def yaml_args(path: str) -> list[str]:
         elif value is not None:
             args += [flag, str(value)]
     return args
+
+
+def _negatable_names() -> set[str]:
+    """The arguments that have a --no- flag (their default is not simply false)."""
+    return {
+        f.name
+        for cls in (EngineArgs, FrontendArgs)
+        for f in dataclasses.fields(cls)
+        if f.metadata.get("negatable")
+    }
 
 
 def _merge(into: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
