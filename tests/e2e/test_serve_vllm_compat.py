@@ -221,3 +221,30 @@ def test_null_means_the_default(srv: ServerProcess) -> None:
         ]
         assert [r.status_code for r in got] == [200, 200], got[1].text
         assert got[1].json()["choices"] == got[0].json()["choices"]
+
+
+def test_a_request_with_n_samples_observes_its_prompt_once(srv: ServerProcess) -> None:
+    """n=4 over a 4-token prompt: the per-request prompt histogram takes 4 (once, as the success
+    counter counts the request once); the prompt-token counter takes 16, what the engine ran."""
+
+    def metrics() -> dict[str, float]:
+        text = httpx.get(f"{srv.url}/metrics").text
+        found = re.findall(r'^(vgraph:\w+)\{model_name="tiny"\} (\S+)$', text, re.M)
+        return {name: float(v) for name, v in found}
+
+    before = metrics()
+    resp = httpx.post(
+        f"{srv.url}/v1/completions",
+        json={"model": "tiny", "prompt": [5, 6, 7, 8], "max_tokens": 2, "n": 4},
+        headers={"Authorization": f"Bearer {KEYS[0]}"},
+        timeout=60,
+    )
+    assert resp.status_code == 200, resp.text
+    after = metrics()
+
+    def delta(name: str) -> float:
+        return after[name] - before.get(name, 0.0)
+
+    assert delta("vgraph:request_prompt_tokens_count") == 1
+    assert delta("vgraph:request_prompt_tokens_sum") == 4
+    assert delta("vgraph:prompt_tokens_total") == 16

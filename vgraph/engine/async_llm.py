@@ -92,7 +92,8 @@ class StatLogger(Protocol):
 @dataclass
 class RequestTimes:
     arrival: float
-    num_prompt_tokens: int
+    num_prompt_tokens: int  # the prompt's tokens times n: what the engine takes in
+    prompt_len: int  # the request's prompt length (its histogram's observation)
     first_token: float | None = None
     last_token: float = 0.0
     scheduled: float | None = None  # the core's first step of any of its samples
@@ -157,7 +158,9 @@ class AsyncLLM(FrontendBase):
         try:
             requests = self.submit(request_id, text, ids, params, OutputKind.DELTA, group_id)
             num_prompt_tokens = len(ids) * len(requests)
-            self.times[request_id] = RequestTimes(requests[0].arrival_time, num_prompt_tokens)
+            self.times[request_id] = RequestTimes(
+                requests[0].arrival_time, num_prompt_tokens, len(ids)
+            )
             while not finished:
                 item = await collector.get()
                 if isinstance(item, BaseException):
@@ -232,7 +235,7 @@ class AsyncLLM(FrontendBase):
             it.num_generation_tokens += num_new
         if ro.finished:
             it.e2e_latencies.append(now - times.arrival)
-            it.prompt_lens.append(times.num_prompt_tokens)
+            it.prompt_lens.append(times.prompt_len)
             it.generation_lens.append(times.num_generation_tokens)
             if times.scheduled is not None and times.first_token is not None:
                 it.queue_times.append(max(times.scheduled - times.arrival, 0.0))
