@@ -42,6 +42,7 @@ from vgraph.bench import kernels
 from vgraph.bench.common import StepBuilder, environment
 from vgraph.engine.arg_utils import create_engine_config
 from vgraph.engine.core import EngineCore
+from vgraph.worker.runner_output import start_to_host
 
 
 def main() -> None:
@@ -129,7 +130,7 @@ def _stages(core: EngineCore, sched: Any, iters: int = 50) -> dict[str, float]:
         _mark(marks)
         out = runner.sample(sched, step, logits)
         _mark(marks)
-        runner.to_host(sched, out)
+        start_to_host(sched.requests, out, {}).result()  # the copy, waited for
         _mark(marks)
         if i >= 5:
             for name, t0, t1 in zip(("prepare", "forward", "sample", "to_host"), marks, marks[1:]):
