@@ -806,9 +806,9 @@ void paged_attention_cuda(at::Tensor& out, const at::Tensor& query, at::Tensor& 
   p.group = static_cast<int>(s.num_heads / s.num_kv_heads);
   p.scale_log2 = static_cast<float>(scale) * 1.4426950408889634f;
   p.min_chunk = min_chunk();
-  // Request t's first block ids loaded with the request lookup (comparisons; read at each call,
-  // so a graph keeps what it was captured with).
-  p.guess_blocks = env_int("VGRAPH_ATTN_GUESS_BLOCKS", 0, 0, 1);
+  // Request t's first block ids loaded with the request lookup (default; 0 for comparisons,
+  // read at each call, so a graph keeps what it was captured with).
+  p.guess_blocks = env_int("VGRAPH_ATTN_GUESS_BLOCKS", 1, 0, 1);
   if (fused_append) {
     p.key = key->data_ptr();
     p.value = value->data_ptr();

@@ -255,7 +255,8 @@ bool launch_fused(const GemvArgs<T>& call, int num_pairs, cudaStream_t stream) {
             : env_int("VGRAPH_WIDE_TRIGGER_LEFT", t == nullptr ? 0 : t->trigger_left, 0, 1 << 16);
     // VGRAPH_WIDE_EARLY_REFILL=1: each warp issues the chunk its loop's first iteration would,
     // right after its wait, ahead of the activations (GemvArgs::wide_early_refill; bit-equal).
-    // Default off until measured (benchmarks/results/2026-12-05-h200-fold-argmax/).
+    // Default off: Llama-3.2-1B's batch-1 step took 1.066 against 1.057 ms with it on an H100
+    // (benchmarks/results/2026-12-05-h200-fold-argmax/, call 1).
     a.wide_early_refill = env_int("VGRAPH_WIDE_EARLY_REFILL", 0, 0, 1) == 1;
     if (launch_gemv_wide<T, E>(a, stream)) return false;
   }

@@ -381,10 +381,10 @@ void launch_wide(const GemvArgs<T>& a, const WideShape& w, cudaStream_t stream) 
 // The ring's depth: kWideStages, or with VGRAPH_WIDE_STAGES=n (8-11; comparisons, read at each
 // launch) the deeper ring instantiated for the launch's column tiles (11 stages at one tile, 9 at
 // two) if n reaches it and a split fits its shared memory (the rule's split for that ring; Llama-
-// 3.2-1B's gate/up stays unsplit), else kWideStages. Default 8 until measured on the GPU
-// (benchmarks/results/2026-12-05-h200-fold-argmax/): the kernel keeps 7 chunks of 2 KiB a warp in
-// flight, 14.7 MB over Llama-3.2-1B's gate/up grid, where the CUDA-core GEMV's preloads hold about
-// twice that; a deeper ring would tell whether the wide kernel's rate is bound by it.
+// 3.2-1B's gate/up stays unsplit), else kWideStages. Default 8: the kernel keeps 7 chunks of 2 KiB
+// a warp in flight, 14.7 MB over Llama-3.2-1B's gate/up grid; 10 a warp made its batch-1 step
+// slower on an H100 (1.073 against 1.057 ms), its batch 16 no faster (1.365 against 1.366), so the
+// bytes in flight do not bound its rate (benchmarks/results/2026-12-05-h200-fold-argmax/, call 1).
 template <typename T, int NT, Epilogue E>
 void launch_wide_nt(const GemvArgs<T>& a, cudaStream_t stream) {
   const int want = env_int("VGRAPH_WIDE_STAGES", kWideStages, kWideStages, kWideDeepStages1);

@@ -82,8 +82,28 @@ def test_fold_switch_refuses_a_bad_value(tiny_checkpoint, monkeypatch: pytest.Mo
     from vgraph import LLM
 
     monkeypatch.setenv("VGRAPH_FOLD_QKV_NORM", "yes")
-    with pytest.raises(ValueError, match="VGRAPH_FOLD_QKV_NORM must be 0 or 1, got 'yes'"):
+    with pytest.raises(ValueError, match="VGRAPH_FOLD_QKV_NORM must be 0, 1 or auto, got 'yes'"):
         LLM(str(tiny_checkpoint("llama")), device="cpu", multiprocess=False)
+
+
+@pytest.mark.parametrize(
+    ("arch", "fused", "folded"),
+    [("llama", True, True), ("qwen3", True, False), ("llama", False, False)],
+)
+def test_fold_by_default_where_it_paid(
+    arch: str, fused: bool, folded: bool, tiny_checkpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default (auto) folds on the fused path of a model without q / k norms only: Qwen3's
+    QKV op (q / k norms first, no RoPE in it) ran slower folded; the torch path keeps its
+    weights as the checkpoint has them."""
+    from vgraph import LLM
+
+    monkeypatch.setattr(LlamaModel, "use_fused_ops", lambda self, x: fused)
+    monkeypatch.delenv("VGRAPH_FOLD_QKV_NORM", raising=False)
+    llm = LLM(str(tiny_checkpoint(arch)), device="cpu", multiprocess=False)
+    model = llm.engine.client.core.runner.model
+    assert all(layer.self_attn.unit_norm is folded for layer in model.model.layers)
+    llm.shutdown()
 
 
 def test_fused_head_writes_the_model_dtype_and_the_sampler_widens(

@@ -15,8 +15,9 @@ into in place (the values of fused_add_rms_norm, one launch fewer per add):
   op, so one traced graph serves every size). The KV-cache write stays with the attention layer
   (the cache is no tensor of the traced model); the csrc backend does it in its attention launch.
   Elsewhere (the CPU) the torch code below, the oracle compared with transformers.
-With VGRAPH_FOLD_QKV_NORM=1 each layer's input norm weight is folded into its QKV weight when the
-model loads (process_weights_after_loading), and the QKV op knows its norm weight is ones.
+On the fused path of a model without q / k norms (Llama, SmolLM2) each layer's input norm weight
+is folded into its QKV weight when the model loads (process_weights_after_loading;
+VGRAPH_FOLD_QKV_NORM), and the QKV op knows its norm weight is ones.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ from vgraph.layers.vocab_parallel_embedding import (
 
 # The fused head ops' greedy_state size (csrc/decode_common.h: kGreedyStateSize): a pair a row.
 GREEDY_STATE_SIZE = 128
-# 1: the input norms' weights folded into the QKV weights at load (process_weights_after_loading).
+# The input norms' weights folded into the QKV weights at load (process_weights_after_loading):
+# 1, 0, or auto (the default: on the fused path of a model without q / k norms).
 FOLD_QKV_NORM_ENV = "VGRAPH_FOLD_QKV_NORM"
 
 # checkpoint name fragment -> (our fused parameter fragment, shard id)
@@ -260,17 +262,22 @@ class LlamaForCausalLM(nn.Module):
 
     @torch.no_grad()
     def process_weights_after_loading(self) -> None:
-        """Called by load_model once the weights are in. With VGRAPH_FOLD_QKV_NORM=1 each layer's
-        input norm weight is multiplied into its QKV weight (each rank's rows take the whole,
-        replicated norm weight) and set to ones: the same function, rounded once more in the
-        weight. The fused QKV op then takes unit_norm, and where it runs cuBLAS (above its GEMV
-        token threshold) one kernel scales the GEMM's rows by 1 / rms and applies RoPE after it,
-        in place of a norm kernel before it and a RoPE kernel after. 0 (the default until the
-        GPU has measured it) keeps the norm weight. An environment switch, so that an engine
-        core in its own process reads it too."""
-        value = os.environ.get(FOLD_QKV_NORM_ENV, "0")
-        if value not in ("0", "1"):
-            raise ValueError(f"{FOLD_QKV_NORM_ENV} must be 0 or 1, got {value!r}")
+        """Called by load_model once the weights are in. With the fold (VGRAPH_FOLD_QKV_NORM) each
+        layer's input norm weight is multiplied into its QKV weight (each rank's rows take the
+        whole, replicated norm weight) and set to ones: the same function, rounded once more in
+        the weight. The fused QKV op then takes unit_norm, and where it runs cuBLAS (above its
+        GEMV token threshold) one kernel scales the GEMM's rows by 1 / rms and applies RoPE after
+        it, in place of a norm kernel before it and a RoPE kernel after. auto (the default) folds
+        on the fused path of a model without q / k norms: Llama-3.2-1B's batch-16 step took
+        1.340 against 1.366 ms, Qwen3-0.6B's (q / k norms, no RoPE in its QKV op) 1.500
+        against 1.454 (H100, 2026-12-05, benchmarks/results/2026-12-05-h200-fold-argmax/). An
+        environment switch, so that an engine core in its own process reads it too."""
+        value = os.environ.get(FOLD_QKV_NORM_ENV, "auto")
+        if value not in ("0", "1", "auto"):
+            raise ValueError(f"{FOLD_QKV_NORM_ENV} must be 0, 1 or auto, got {value!r}")
+        if value == "auto":
+            probe = self.model.embed_tokens.weight[:1]  # forward's first activations' kind
+            value = "1" if not self.qk_norm and self.model.use_fused_ops(probe) else "0"
         if value == "0":
             return
         for layer in self.model.layers:
