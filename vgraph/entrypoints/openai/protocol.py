@@ -209,12 +209,6 @@ class SamplingRequest(StrictModel):
     return_tokens_as_token_ids: bool = False
 
     def check_unsupported(self) -> None:
-        if self.truncate_prompt_tokens == 0:
-            raise APIError(
-                "truncate_prompt_tokens=0 would leave no prompt; use -1 (the model's context) "
-                "or the number of the prompt's last tokens to keep",
-                param="truncate_prompt_tokens",
-            )
         if self.stream_options is not None and not self.stream:
             raise APIError(
                 "stream_options is only allowed with stream=true", param="stream_options"

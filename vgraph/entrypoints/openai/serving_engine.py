@@ -147,10 +147,10 @@ class OpenAIServing:
         the request asks (add_special_tokens, truncate_prompt_tokens); a user's mistake is an
         APIError (400) naming the request's field `param`."""
         truncate = req.truncate_prompt_tokens
-        if truncate is not None and truncate > self.max_model_len:
+        if truncate is not None and not (truncate == -1 or 1 <= truncate <= self.max_model_len):
             raise APIError(
-                f"truncate_prompt_tokens={truncate} is more than this model's maximum context "
-                f"length ({self.max_model_len} tokens); use -1 or at most {self.max_model_len}",
+                f"truncate_prompt_tokens={truncate} is not allowed; use -1 (the model's maximum "
+                f"context length) or 1..{self.max_model_len} (the prompt's last tokens to keep)",
                 param="truncate_prompt_tokens",
             )
         try:
