@@ -85,11 +85,18 @@ TORCH_LIBRARY(vgraph_C, m) {
   m.def(
       "rms_norm_qkv_rope(Tensor(a!) qkv, Tensor hidden, Tensor norm_weight, float eps, "
       "Tensor weight, Tensor? bias, Tensor? positions, Tensor? cos_sin_cache, int head_size, "
-      "int num_heads, int num_kv_heads, int? max_gemv_tokens=None, bool unit_norm=False) -> ()");
+      "int num_heads, int num_kv_heads, int? max_gemv_tokens=None, bool unit_norm=False, "
+      "Tensor? wide_packed=None) -> ()");
   // out [num_tokens, I] = silu_and_mul(rms_norm(hidden) W^T), W [2 * I, K] = gate rows | up rows.
   m.def(
       "rms_norm_gate_up_silu(Tensor(a!) out, Tensor hidden, Tensor norm_weight, float eps, "
-      "Tensor weight, int? max_gemv_tokens=None) -> ()");
+      "Tensor weight, int? max_gemv_tokens=None, Tensor? wide_packed=None) -> ()");
+  // The norm ops' wide_packed: their weight packed for the wide tensor-core kernel (CUDA, sm_90;
+  // csrc/decode_gemv_wide.cuh), one contiguous run a warp's chunk of 16 rows x 64 columns where
+  // the row-major weight has 16 runs of 128 bytes. Read by that kernel only: every other path
+  // reads weight. pack_wide_weight makes it (CUDA only): epilogue "gate_up" (W = gate rows | up
+  // rows), "qkv" (rotate-half pairs of head_size heads) or "plain".
+  m.def("pack_wide_weight(Tensor weight, str epilogue, int head_size=0) -> Tensor");
 
   // Logits processors of a sampling step in one pass (sampling_cuda.cu; CUDA only: the CPU runs
   // the torch path of vgraph/sample/logits_processors.py). out/logits float32 [R, V]; per row r,

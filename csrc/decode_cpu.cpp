@@ -54,7 +54,8 @@ void rms_norm_qkv_rope_cpu(at::Tensor& qkv, const at::Tensor& hidden,
                            const std::optional<at::Tensor>& positions,
                            const std::optional<at::Tensor>& cos_sin_cache, int64_t head_size,
                            int64_t num_heads, int64_t num_kv_heads,
-                           std::optional<int64_t> /*max_gemv_tokens*/, bool unit_norm) {
+                           std::optional<int64_t> /*max_gemv_tokens*/, bool unit_norm,
+                           const std::optional<at::Tensor>& /*wide_packed: CUDA's*/) {
   check_rms_norm_qkv_rope(qkv, hidden, norm_weight, weight, bias, positions, cos_sin_cache,
                           head_size, num_heads, num_kv_heads);
   CpuPath::rms_norm_qkv_rope(qkv, hidden, norm_weight, eps, weight, bias, positions,
@@ -63,7 +64,8 @@ void rms_norm_qkv_rope_cpu(at::Tensor& qkv, const at::Tensor& hidden,
 
 void rms_norm_gate_up_silu_cpu(at::Tensor& out, const at::Tensor& hidden,
                                const at::Tensor& norm_weight, double eps, const at::Tensor& weight,
-                               std::optional<int64_t> /*max_gemv_tokens*/) {
+                               std::optional<int64_t> /*max_gemv_tokens*/,
+                               const std::optional<at::Tensor>& /*wide_packed: CUDA's*/) {
   check_rms_norm_gate_up_silu(out, hidden, norm_weight, weight);
   CpuPath::rms_norm_gate_up_silu(out, hidden, norm_weight, eps, weight);
 }

@@ -258,6 +258,9 @@ bool launch_fused(const GemvArgs<T>& call, int num_pairs, cudaStream_t stream) {
     // Default off: Llama-3.2-1B's batch-1 step took 1.066 against 1.057 ms with it on an H100
     // (benchmarks/results/2026-12-05-h200-fold-argmax/, call 1).
     a.wide_early_refill = env_int("VGRAPH_WIDE_EARLY_REFILL", 0, 0, 1) == 1;
+    // VGRAPH_WIDE_PACKED=0: the row-major weight though the op was given a packed one
+    // (comparisons; read at each launch).
+    if (env_int("VGRAPH_WIDE_PACKED", 1, 0, 1) == 0) a.wide_packed = nullptr;
     if (launch_gemv_wide<T, E>(a, stream)) return false;
   }
   if (kernel != Kernel::kCudaCore) {
@@ -296,6 +299,60 @@ GemvArgs<T> base_args(const at::Tensor& x, const at::Tensor& weight) {
 #define VGRAPH_DISPATCH_16BIT(TYPE, NAME, ...)                   \
   AT_DISPATCH_SWITCH(TYPE, NAME, AT_DISPATCH_CASE(at::kHalf, __VA_ARGS__) \
                                      AT_DISPATCH_CASE(at::kBFloat16, __VA_ARGS__))
+
+// a.wide_packed from an op's wide_packed argument, checked to be pack_wide_weight's output for
+// a.weight and epilogue E.
+template <typename T, Epilogue E>
+void set_wide_packed(GemvArgs<T>& a, const at::Tensor& weight,
+                     const std::optional<at::Tensor>& packed) {
+  if (!packed) return;
+  const int64_t numel = wide_packed_numel<T, E>(a);
+  TORCH_CHECK(packed->dim() == 1 && packed->is_contiguous() && packed->numel() == numel,
+              "wide_packed must be pack_wide_weight's output for this weight: contiguous [", numel,
+              "], got ", packed->sizes());
+  TORCH_CHECK(packed->scalar_type() == weight.scalar_type() && packed->device() == weight.device(),
+              "wide_packed must have weight's dtype and device");
+  a.wide_packed = static_cast<const T*>(packed->data_ptr());
+}
+
+template <Epilogue E>
+at::Tensor pack_wide_as(const at::Tensor& weight, int64_t head_size) {
+  at::Tensor out;
+  VGRAPH_DISPATCH_16BIT(weight.scalar_type(), "pack_wide_weight", [&] {
+    GemvArgs<scalar_t> a = {};
+    a.weight = static_cast<const scalar_t*>(weight.data_ptr());
+    a.N = static_cast<int>(weight.size(0));
+    a.K = static_cast<int>(weight.size(1));
+    a.head_size = static_cast<int>(head_size);
+    out = at::empty({wide_packed_numel<scalar_t, E>(a)}, weight.options());
+    pack_wide<scalar_t, E>(a, static_cast<scalar_t*>(out.data_ptr()),
+                           c10::cuda::getCurrentCUDAStream());
+  });
+  return out;
+}
+
+// The wide kernel's packed copy of weight [N, K] (16-bit, contiguous) for the epilogue named:
+// "gate_up", "qkv" (head_size: N's heads) or "plain"; any shape the tensor-core kernels take.
+at::Tensor pack_wide_weight_cuda(const at::Tensor& weight, c10::string_view epilogue,
+                                 int64_t head_size) {
+  TORCH_CHECK(weight.dim() == 2 && weight.is_contiguous(), "weight must be contiguous [N, K], got ",
+              weight.sizes());
+  TORCH_CHECK(weight.scalar_type() == at::kHalf || weight.scalar_type() == at::kBFloat16,
+              "weight must be float16 or bfloat16, got ", weight.scalar_type());
+  TORCH_CHECK(epilogue == "gate_up" || epilogue == "qkv" || epilogue == "plain",
+              "epilogue must be 'gate_up', 'qkv' or 'plain', got '", epilogue, "'");
+  const Epilogue e = epilogue == "gate_up" ? Epilogue::kSiluMul
+                     : epilogue == "qkv"   ? Epilogue::kQkvRope
+                                           : Epilogue::kAddResidual;
+  TORCH_CHECK(mma_fits(e, weight.size(0), weight.size(1), head_size) &&
+                  (e != Epilogue::kQkvRope || weight.size(0) % head_size == 0),
+              "pack_wide_weight: no tensor-core tiling of a ", epilogue, " weight ", weight.sizes(),
+              " with head_size ", head_size);
+  const c10::cuda::CUDAGuard guard(weight.device());
+  if (e == Epilogue::kSiluMul) return pack_wide_as<Epilogue::kSiluMul>(weight, 0);
+  if (e == Epilogue::kQkvRope) return pack_wide_as<Epilogue::kQkvRope>(weight, head_size);
+  return pack_wide_as<Epilogue::kAddResidual>(weight, 0);
+}
 
 using CudaPath = Unfused<CudaOps>;
 
@@ -396,7 +453,8 @@ void rms_norm_qkv_rope_cuda(at::Tensor& qkv, const at::Tensor& hidden,
                             const std::optional<at::Tensor>& positions,
                             const std::optional<at::Tensor>& cos_sin_cache, int64_t head_size,
                             int64_t num_heads, int64_t num_kv_heads,
-                            std::optional<int64_t> max_gemv_tokens, bool unit_norm) {
+                            std::optional<int64_t> max_gemv_tokens, bool unit_norm,
+                            const std::optional<at::Tensor>& wide_packed) {
   check_rms_norm_qkv_rope(qkv, hidden, norm_weight, weight, bias, positions, cos_sin_cache,
                           head_size, num_heads, num_kv_heads);
   if (hidden.size(0) == 0) return;
@@ -426,13 +484,15 @@ void rms_norm_qkv_rope_cuda(at::Tensor& qkv, const at::Tensor& hidden,
       a.cos_sin = cos_sin_cache->data_ptr<float>();
       a.max_position = static_cast<int>(cos_sin_cache->size(0));
     }
+    set_wide_packed<scalar_t, Epilogue::kQkvRope>(a, weight, wide_packed);
     launch_fused<scalar_t, Epilogue::kQkvRope>(a, a.N / 2, stream);
   });
 }
 
 void rms_norm_gate_up_silu_cuda(at::Tensor& out, const at::Tensor& hidden,
                                 const at::Tensor& norm_weight, double eps,
-                                const at::Tensor& weight, std::optional<int64_t> max_gemv_tokens) {
+                                const at::Tensor& weight, std::optional<int64_t> max_gemv_tokens,
+                                const std::optional<at::Tensor>& wide_packed) {
   check_rms_norm_gate_up_silu(out, hidden, norm_weight, weight);
   if (hidden.size(0) == 0 || weight.size(0) == 0) return;
   const c10::cuda::CUDAGuard guard(hidden.device());
@@ -446,6 +506,7 @@ void rms_norm_gate_up_silu_cuda(at::Tensor& out, const at::Tensor& hidden,
     a.eps = static_cast<float>(eps);
     a.out = out.data_ptr();
     a.out_stride = out.stride(0);
+    set_wide_packed<scalar_t, Epilogue::kSiluMul>(a, weight, wide_packed);
     launch_fused<scalar_t, Epilogue::kSiluMul>(a, a.N / 2, stream);
   });
 }
@@ -459,4 +520,5 @@ TORCH_LIBRARY_IMPL(vgraph_C, CUDA, m) {
   m.impl("linear_add_residual", &vgraph::linear_add_residual_cuda);
   m.impl("rms_norm_qkv_rope", &vgraph::rms_norm_qkv_rope_cuda);
   m.impl("rms_norm_gate_up_silu", &vgraph::rms_norm_gate_up_silu_cuda);
+  m.impl("pack_wide_weight", &vgraph::pack_wide_weight_cuda);
 }

@@ -747,7 +747,12 @@ bool launch_gemv(const GemvArgs<T>& a, int num_pairs, cudaStream_t stream) {
   template void launch_gemv_mma<c10::Half, E>(const GemvArgs<c10::Half>&, cudaStream_t);      \
   template void launch_gemv_mma<c10::BFloat16, E>(const GemvArgs<c10::BFloat16>&, cudaStream_t); \
   template bool launch_gemv_wide<c10::Half, E>(const GemvArgs<c10::Half>&, cudaStream_t);     \
-  template bool launch_gemv_wide<c10::BFloat16, E>(const GemvArgs<c10::BFloat16>&, cudaStream_t);
+  template bool launch_gemv_wide<c10::BFloat16, E>(const GemvArgs<c10::BFloat16>&, cudaStream_t); \
+  template int64_t wide_packed_numel<c10::Half, E>(const GemvArgs<c10::Half>&);                  \
+  template int64_t wide_packed_numel<c10::BFloat16, E>(const GemvArgs<c10::BFloat16>&);          \
+  template void pack_wide<c10::Half, E>(const GemvArgs<c10::Half>&, c10::Half*, cudaStream_t);    \
+  template void pack_wide<c10::BFloat16, E>(const GemvArgs<c10::BFloat16>&, c10::BFloat16*,      \
+                                            cudaStream_t);
 
 }  // namespace gemv
 }  // namespace vgraph

@@ -57,6 +57,10 @@ struct GemvArgs {
   // Wide kernel: whether a warp issues its chunk D - 1 into the ring's free stage right after its
   // wait, ahead of the activations' staging, instead of at its loop's first iteration.
   bool wide_early_refill = false;
+  // Wide kernel: the weight packed tile by tile (pack_wide_weight), or nullptr to read `weight`
+  // row by row. Packed, a warp's chunk of 16 rows x kMmaK columns is one contiguous 2 KiB run laid
+  // out as the ring's stage, where row-major it is 16 runs of 128 bytes, a row apart.
+  const T* wide_packed = nullptr;
   // Norm ops of the CUDA-core and tensor-core kernels: the dot products take norm_weight * x
   // (rounded once) and each token's sums are scaled by its 1 / rms after the reduction, the
   // squares summed in the same pass (the wide kernel's way), instead of a pass that computes
@@ -119,6 +123,13 @@ void launch_gemv_mma(const GemvArgs<T>& a, cudaStream_t stream);
 // large for shared memory at every split.
 template <typename T, Epilogue E>
 bool launch_gemv_wide(const GemvArgs<T>& a, cudaStream_t stream);
+
+// The wide kernel's packed weight (GemvArgs::wide_packed) of a.weight [a.N, a.K] for epilogue E
+// (a.head_size for kQkvRope): its element count, and the kernel that writes it into out.
+template <typename T, Epilogue E>
+int64_t wide_packed_numel(const GemvArgs<T>& a);
+template <typename T, Epilogue E>
+void pack_wide(const GemvArgs<T>& a, T* out, cudaStream_t stream);
 
 }  // namespace gemv
 }  // namespace vgraph

@@ -92,6 +92,13 @@ __global__ void __launch_bounds__(kWideMaxWarps * 32) gemv_wide_kernel(const Gem
       reinterpret_cast<const uint4*>(a.weight + static_cast<int64_t>(valid1 ? row1 : 0) * a.K +
                                      k0) + q;
   const int my_chunks = has_tile ? num_chunks : 0;
+  // Packed (GemvArgs::wide_packed): the tile's chunks lie one after another, each as a stage.
+  const uint4* packed =
+      a.wide_packed == nullptr
+          ? nullptr
+          : reinterpret_cast<const uint4*>(a.wide_packed) +
+                (static_cast<int64_t>(has_tile ? tile : 0) * (a.K / kMmaK) + rank * num_chunks) *
+                    kWideStageVecs + lane;
 
   // The units of the epilogue this warp writes: unit u is (tile-local warp u / NT, column tile
   // u % NT). Without a split each warp writes its own tile's; with one, CTA `rank` takes the
@@ -111,11 +118,19 @@ __global__ void __launch_bounds__(kWideMaxWarps * 32) gemv_wide_kernel(const Gem
   auto issue = [&](int j) {
     if (j < my_chunks) {
       uint4* st = ring + (j % D) * kWideStageVecs;
-      const int c = j * (kMmaK / 8);  // in 16-byte vectors
+      if (packed != nullptr) {
+        const uint4* src = packed + static_cast<int64_t>(j) * kWideStageVecs;
 #pragma unroll
-      for (int v = 0; v < kMmaVecs; ++v) {
-        cp_async16_hint(st + v * 32 + lane, w0 + c + 4 * v, policy);
-        cp_async16_hint(st + (kMmaVecs + v) * 32 + lane, w1 + c + 4 * v, policy);
+        for (int v = 0; v < 2 * kMmaVecs; ++v) {
+          cp_async16_hint(st + v * 32 + lane, src + v * 32, policy);
+        }
+      } else {
+        const int c = j * (kMmaK / 8);  // in 16-byte vectors
+#pragma unroll
+        for (int v = 0; v < kMmaVecs; ++v) {
+          cp_async16_hint(st + v * 32 + lane, w0 + c + 4 * v, policy);
+          cp_async16_hint(st + (kMmaVecs + v) * 32 + lane, w1 + c + 4 * v, policy);
+        }
       }
     }
     cp_async_commit();
@@ -396,6 +411,38 @@ void launch_wide_nt(const GemvArgs<T>& a, cudaStream_t stream) {
     }
   }
   launch_wide<T, NT, E, kWideStages>(a, wide_shape<T, E>(a, NT), stream);
+}
+
+// The packed weight (GemvArgs::wide_packed): [tiles][K / kMmaK][kWideStageVecs] 16-byte vectors.
+// Vector (s, lane) of tile t's chunk c is what the row-major loads would put in the ring's slot
+// s * 32 + lane: row mma_row(t, lane / 4 + 8 (s / kMmaVecs)), columns from
+// c kMmaK + 8 (4 (s % kMmaVecs) + lane % 4); zeros for rows past N.
+template <typename T, Epilogue E>
+__global__ void pack_wide_kernel(const GemvArgs<T> a, uint4* out, int64_t total) {
+  const int chunks = a.K / kMmaK;
+  const uint4* w = reinterpret_cast<const uint4*>(a.weight);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int lane = static_cast<int>(i % 32), s = static_cast<int>(i / 32 % (2 * kMmaVecs));
+    const int64_t tc = i / kWideStageVecs;
+    const int c = static_cast<int>(tc % chunks), t = static_cast<int>(tc / chunks);
+    const int row = mma_row<T, E>(a, t, lane / 4 + 8 * (s / kMmaVecs));
+    const int64_t v = static_cast<int64_t>(c) * (kMmaK / 8) + 4 * (s % kMmaVecs) + lane % 4;
+    out[i] = row < a.N ? w[static_cast<int64_t>(row) * (a.K / 8) + v] : make_uint4(0, 0, 0, 0);
+  }
+}
+
+template <typename T, Epilogue E>
+int64_t wide_packed_numel(const GemvArgs<T>& a) {
+  return static_cast<int64_t>(mma_tiles<T, E>(a)) * kMmaRows * a.K;
+}
+
+template <typename T, Epilogue E>
+void pack_wide(const GemvArgs<T>& a, T* out, cudaStream_t stream) {
+  const int64_t total = wide_packed_numel<T, E>(a) / 8;
+  const int blocks = static_cast<int>(std::min<int64_t>((total + 255) / 256, 65535));
+  pack_wide_kernel<T, E><<<blocks, 256, 0, stream>>>(a, reinterpret_cast<uint4*>(out), total);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template <typename T, Epilogue E>

@@ -152,12 +152,13 @@ def _register_fakes() -> None:
         num_kv_heads,
         max_gemv_tokens=None,
         unit_norm=False,
+        wide_packed=None,
     ) -> None:
         return None
 
     @torch.library.register_fake("vgraph_C::rms_norm_gate_up_silu")
     def _rms_norm_gate_up_silu_fake(
-        out, hidden, norm_weight, eps, weight, max_gemv_tokens=None
+        out, hidden, norm_weight, eps, weight, max_gemv_tokens=None, wide_packed=None
     ) -> None:
         return None
 

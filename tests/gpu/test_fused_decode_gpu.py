@@ -80,3 +80,18 @@ def test_full_equals_none_with_the_qkv_norm_folded(
     tokens_full, _, _ = run(name, "FULL", num_requests, multiprocess=True)
     assert fused_none == [(True, True)]
     assert tokens_full == tokens_none
+
+
+@pytest.mark.parametrize("num_requests", [5, 13])
+@pytest.mark.parametrize("name", ["Llama-3.2-1B", "Qwen3-0.6B"])
+def test_full_equals_none_with_wide_packed_weights(
+    name: str, num_requests: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """VGRAPH_WIDE_PACK=1 (read at load, by the engine core's own process too): the QKV and
+    gate/up weights packed for the wide tensor-core GEMV, which runs them from 1-2 tokens on in
+    these models. FULL's greedy tokens with them equal NONE's without."""
+    tokens_none, _, fused_none = run(name, "NONE", num_requests, multiprocess=False)
+    monkeypatch.setenv("VGRAPH_WIDE_PACK", "1")
+    tokens_full, _, _ = run(name, "FULL", num_requests, multiprocess=True)
+    assert fused_none == [(True, True)]
+    assert tokens_full == tokens_none

@@ -86,6 +86,27 @@ def test_fold_switch_refuses_a_bad_value(tiny_checkpoint, monkeypatch: pytest.Mo
         LLM(str(tiny_checkpoint("llama")), device="cpu", multiprocess=False)
 
 
+def test_wide_pack_switch_refuses_a_bad_value_and_packs_only_on_sm90(
+    tiny_checkpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """VGRAPH_WIDE_PACK takes 0 or 1, naming the switch otherwise; on the CPU (no wide kernel)
+    VGRAPH_WIDE_PACK=1 packs nothing and the model serves as before."""
+    from vgraph import LLM, SamplingParams
+
+    monkeypatch.setenv("VGRAPH_WIDE_PACK", "on")
+    with pytest.raises(ValueError, match="VGRAPH_WIDE_PACK must be 0 or 1, got 'on'"):
+        LLM(str(tiny_checkpoint("llama")), device="cpu", multiprocess=False)
+    monkeypatch.setattr(LlamaModel, "use_fused_ops", lambda self, x: True)
+    monkeypatch.setenv("VGRAPH_WIDE_PACK", "1")
+    llm = LLM(str(tiny_checkpoint("llama")), device="cpu", multiprocess=False)
+    model = llm.engine.client.core.runner.model
+    for layer in model.model.layers:
+        assert layer.self_attn.wide_packed is None and layer.mlp.wide_packed is None
+    params = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+    assert len(llm.generate([[7, 8, 9]], params, use_tqdm=False)[0].outputs[0].token_ids) == 4
+    llm.shutdown()
+
+
 @pytest.mark.parametrize(
     ("arch", "fused", "folded"),
     [("llama", True, True), ("qwen3", True, False), ("llama", False, False)],

@@ -99,7 +99,12 @@ class Case:
 
 
 def run_qkv(
-    c: Case, max_tokens: int | None, bias: bool, rope: bool, unit_norm: bool = False
+    c: Case,
+    max_tokens: int | None,
+    bias: bool,
+    rope: bool,
+    unit_norm: bool = False,
+    wide_packed: torch.Tensor | None = None,
 ) -> torch.Tensor:
     qkv = torch.full(
         (c.hidden_x.shape[0], c.n_qkv),
@@ -110,7 +115,7 @@ def run_qkv(
     OPS.rms_norm_qkv_rope(
         qkv, c.hidden_x, c.norm_w, EPS, c.w_qkv, c.b_qkv if bias else None,
         c.positions if rope else None, c.cache if rope else None, c.hd, c.nh, c.nkv, max_tokens,
-        unit_norm=unit_norm,
+        unit_norm=unit_norm, wide_packed=wide_packed,
     )  # fmt: skip
     return qkv
 
@@ -125,10 +130,12 @@ def ref_qkv(c: Case, bias: bool, rope: bool) -> torch.Tensor:
     return y
 
 
-def run_gate_up(c: Case, max_tokens: int | None) -> torch.Tensor:
+def run_gate_up(
+    c: Case, max_tokens: int | None, wide_packed: torch.Tensor | None = None
+) -> torch.Tensor:
     out = torch.full((c.hidden_x.shape[0], c.inter), float("nan"), dtype=c.hidden_x.dtype,
                      device=c.hidden_x.device)  # fmt: skip
-    OPS.rms_norm_gate_up_silu(out, c.hidden_x, c.norm_w, EPS, c.w_gu, max_tokens)
+    OPS.rms_norm_gate_up_silu(out, c.hidden_x, c.norm_w, EPS, c.w_gu, max_tokens, wide_packed)
     return out
 
 
@@ -560,6 +567,71 @@ def test_wide_kernel_splits_and_warps(
         monkeypatch.setenv("VGRAPH_WIDE_EARLY_REFILL", "1")
         for i, run in enumerate(runs):
             torch.testing.assert_close(run(32), want[i], rtol=0, atol=0, msg=f"split {split} {i}")
+
+
+@pytest.mark.parametrize("device", [CUDA])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("num_tokens", [1, 7, 16, 29])
+@pytest.mark.parametrize("shape", ["SmolLM2-135M", "Llama-3.2-1B", "Qwen3-0.6B"])
+def test_wide_kernel_packed_weight(
+    shape: str, num_tokens: int, dtype: torch.dtype, device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The norm ops given their weight packed for the wide kernel (pack_wide_weight): the wide
+    kernel reads the packed copy and writes the same bits as from the row-major weight, at every
+    split of K over a cluster, with tiles a CTA past the last tile, at both ring depths; every
+    other kernel (tensor-core, CUDA-core, cuBLAS above the threshold) ignores it, and
+    VGRAPH_WIDE_PACKED=0 makes the wide kernel ignore it too (29 tokens: four column tiles)."""
+    c = Case(shape, num_tokens, dtype, device)
+    qkv_packed = OPS.pack_wide_weight(c.w_qkv, "qkv", c.hd)
+    gu_packed = OPS.pack_wide_weight(c.w_gu, "gate_up")
+    assert qkv_packed.shape == (c.w_qkv.numel(),) and gu_packed.shape == (c.w_gu.numel(),)
+    runs = [
+        lambda p: run_qkv(c, 32, True, True, wide_packed=qkv_packed if p else None),
+        lambda p: run_qkv(c, 32, False, False, wide_packed=qkv_packed if p else None),
+        lambda p: run_gate_up(c, 32, gu_packed if p else None),
+    ]
+    chunks = c.hidden // 64
+    wide_runs = [(s, w, d) for s in ("", "2", "4") if not s or chunks % int(s) == 0
+                 for w, d in (("", ""), ("3", ""), ("", "11"))]  # fmt: skip
+    for kernel in ("wide", "mma", "cuda_core"):
+        monkeypatch.setenv("VGRAPH_GEMV", kernel)
+        for split, warps, stages in wide_runs if kernel == "wide" else [("", "", "")]:
+            monkeypatch.setenv("VGRAPH_WIDE_SPLIT", split)
+            monkeypatch.setenv("VGRAPH_WIDE_WARPS", warps)
+            monkeypatch.setenv("VGRAPH_WIDE_STAGES", stages)
+            for i, run in enumerate(runs):
+                msg = f"{kernel} split {split} warps {warps} stages {stages} op {i}"
+                want = run(False)
+                assert not torch.isnan(want).any(), msg
+                torch.testing.assert_close(run(True), want, rtol=0, atol=0, msg=msg)
+    # the switch that makes the wide kernel read the row-major weight: the same bits again
+    for name in ("VGRAPH_WIDE_SPLIT", "VGRAPH_WIDE_WARPS", "VGRAPH_WIDE_STAGES"):
+        monkeypatch.setenv(name, "")
+    monkeypatch.setenv("VGRAPH_GEMV", "wide")
+    want = [run(True) for run in runs]
+    monkeypatch.setenv("VGRAPH_WIDE_PACKED", "0")
+    for i, run in enumerate(runs):
+        torch.testing.assert_close(run(True), want[i], rtol=0, atol=0, msg=str(i))
+
+
+@pytest.mark.parametrize("device", [CUDA])
+def test_wide_packed_weight_is_checked(device: str) -> None:
+    """pack_wide_weight refuses an unknown epilogue, a shape the tensor-core tiling does not take
+    and a float32 weight, naming them; the norm ops refuse a packed weight of another weight's
+    size or dtype."""
+    c = Case("SmolLM2-135M", 3, torch.bfloat16, device)
+    with pytest.raises(RuntimeError, match="epilogue must be 'gate_up', 'qkv' or 'plain'"):
+        OPS.pack_wide_weight(c.w_gu, "down")
+    with pytest.raises(RuntimeError, match="no tensor-core tiling"):
+        OPS.pack_wide_weight(c.w_gu[:, :100].contiguous(), "plain")
+    with pytest.raises(RuntimeError, match="no tensor-core tiling"):
+        OPS.pack_wide_weight(c.w_qkv, "qkv", 8)
+    with pytest.raises(RuntimeError, match="float16 or bfloat16"):
+        OPS.pack_wide_weight(c.w_gu.float(), "gate_up")
+    with pytest.raises(RuntimeError, match="wide_packed must be pack_wide_weight's output"):
+        run_gate_up(c, 32, OPS.pack_wide_weight(c.w_qkv, "qkv", c.hd))
+    with pytest.raises(RuntimeError, match="wide_packed must have weight's dtype"):
+        run_gate_up(c, 32, OPS.pack_wide_weight(c.w_gu.half(), "gate_up"))
 
 
 @pytest.mark.parametrize("device", [CUDA])

@@ -51,6 +51,9 @@ GREEDY_STATE_SIZE = 128
 # The input norms' weights folded into the QKV weights at load (process_weights_after_loading):
 # 1, 0, or auto (the default: on the fused path of a model without q / k norms).
 FOLD_QKV_NORM_ENV = "VGRAPH_FOLD_QKV_NORM"
+# The QKV and gate/up weights also packed for the wide tensor-core GEMV at load
+# (process_weights_after_loading): 1 or 0 (the default).
+WIDE_PACK_ENV = "VGRAPH_WIDE_PACK"
 
 # checkpoint name fragment -> (our fused parameter fragment, shard id)
 STACKED_PARAMS = {
@@ -87,6 +90,8 @@ class LlamaAttention(nn.Module):
         # Whether qkv_proj's weight carries the input norm's weight, the norm's being ones
         # (LlamaForCausalLM.process_weights_after_loading): the fused op's unit_norm.
         self.unit_norm = False
+        # qkv_proj's weight packed for the wide GEMV (pack_wide_weight), or None.
+        self.wide_packed: torch.Tensor | None = None
         self.attn = Attention(
             self.num_heads, self.head_dim, self.head_dim**-0.5, self.num_kv_heads, f"{prefix}.attn"
         )
@@ -123,6 +128,7 @@ class LlamaAttention(nn.Module):
             self.num_heads,
             self.num_kv_heads,
             unit_norm=self.unit_norm,
+            wide_packed=self.wide_packed,
         )
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         if self.qk_norm:
@@ -141,6 +147,7 @@ class LlamaMLP(nn.Module):
         self.gate_up_proj = gate_up_linear(cfg["hidden_size"], cfg["intermediate_size"])
         self.down_proj = row_parallel_linear(cfg["intermediate_size"], cfg["hidden_size"])
         self.act_fn = SiluAndMul()
+        self.wide_packed: torch.Tensor | None = None  # gate_up_proj's, packed (as attention's)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [T, hidden] -> [T, hidden]
         return self.down_proj(self.act_fn(self.gate_up_proj(x)))
@@ -150,7 +157,12 @@ class LlamaMLP(nn.Module):
         t, inter = residual.shape[0], self.down_proj.weight.shape[1]
         act = torch.empty(t, inter, dtype=residual.dtype, device=residual.device)  # [T, I]
         torch.ops.vgraph_C.rms_norm_gate_up_silu(
-            act, residual, norm.weight, norm.eps, self.gate_up_proj.weight
+            act,
+            residual,
+            norm.weight,
+            norm.eps,
+            self.gate_up_proj.weight,
+            wide_packed=self.wide_packed,
         )
         torch.ops.vgraph_C.linear_add_residual(residual, act, self.down_proj.weight)
 
@@ -278,14 +290,33 @@ class LlamaForCausalLM(nn.Module):
         if value == "auto":
             probe = self.model.embed_tokens.weight[:1]  # forward's first activations' kind
             value = "1" if not self.qk_norm and self.model.use_fused_ops(probe) else "0"
-        if value == "0":
+        if value == "1":
+            for layer in self.model.layers:
+                norm, attn = layer.input_layernorm, layer.self_attn
+                weight = attn.qkv_proj.weight  # [N, hidden]
+                weight.copy_(weight.float() * norm.weight.float())
+                norm.weight.fill_(1.0)
+                attn.unit_norm = True
+        self._pack_wide_weights()
+
+    def _pack_wide_weights(self) -> None:
+        """With VGRAPH_WIDE_PACK=1, on the fused path of an sm_90 GPU: each layer's QKV and
+        gate/up weights packed for the wide tensor-core GEMV (pack_wide_weight), beside the
+        row-major ones the other paths read. That kernel then streams each warp's chunk of 16 rows
+        as one contiguous 2 KiB run, where the row-major weight gives 16 runs of 128 bytes."""
+        value = os.environ.get(WIDE_PACK_ENV, "0")
+        if value not in ("0", "1"):
+            raise ValueError(f"{WIDE_PACK_ENV} must be 0 or 1, got {value!r}")
+        probe = self.model.embed_tokens.weight[:1]
+        if value == "0" or not self.model.use_fused_ops(probe) or not probe.is_cuda:
             return
+        if torch.cuda.get_device_capability(probe.device)[0] < 9:
+            return
+        pack = torch.ops.vgraph_C.pack_wide_weight
         for layer in self.model.layers:
-            norm, attn = layer.input_layernorm, layer.self_attn
-            weight = attn.qkv_proj.weight  # [N, hidden]
-            weight.copy_(weight.float() * norm.weight.float())
-            norm.weight.fill_(1.0)
-            attn.unit_norm = True
+            attn, mlp = layer.self_attn, layer.mlp
+            attn.wide_packed = pack(attn.qkv_proj.weight, "qkv", attn.head_dim)
+            mlp.wide_packed = pack(mlp.gate_up_proj.weight, "gate_up")
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """input_ids, positions: [T] -> hidden states [T, hidden_size], for compute_logits (on the
