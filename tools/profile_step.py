@@ -156,7 +156,7 @@ def _timeline(core: EngineCore, sched: Any, iters: int = 200) -> dict[str, float
         out = runner.sample(sched, step, logits)
         last.record()
         t3 = time.perf_counter()
-        runner.to_host(sched, out)  # waits for the stream: both events are done
+        start_to_host(sched.requests, out, {}).result()  # waits for the copy: both events are done
         t4 = time.perf_counter()
         if i < 10:
             continue
