@@ -97,6 +97,9 @@ TORCH_LIBRARY(vgraph_C, m) {
   // reads weight. pack_wide_weight makes it (CUDA only): epilogue "gate_up" (W = gate rows | up
   // rows), "qkv" (rotate-half pairs of head_size heads) or "plain".
   m.def("pack_wide_weight(Tensor weight, str epilogue, int head_size=0) -> Tensor");
+  // The token count from which the fused op of weight's shape runs the wide kernel by default;
+  // 0: never (the CPU, GPUs before sm_90, the per-shape table's choice).
+  m.def("wide_gemv_from(Tensor weight, str epilogue, int head_size=0) -> int");
 
   // Logits processors of a sampling step in one pass (sampling_cuda.cu; CUDA only: the CPU runs
   // the torch path of vgraph/sample/logits_processors.py). out/logits float32 [R, V]; per row r,

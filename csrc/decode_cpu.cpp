@@ -70,6 +70,11 @@ void rms_norm_gate_up_silu_cpu(at::Tensor& out, const at::Tensor& hidden,
   CpuPath::rms_norm_gate_up_silu(out, hidden, norm_weight, eps, weight);
 }
 
+int64_t wide_gemv_from_cpu(const at::Tensor& /*weight*/, c10::string_view /*epilogue*/,
+                           int64_t /*head_size*/) {
+  return 0;  // the wide kernel is CUDA's (sm_90)
+}
+
 }  // namespace
 }  // namespace vgraph
 
@@ -79,4 +84,5 @@ TORCH_LIBRARY_IMPL(vgraph_C, CPU, m) {
   m.impl("linear_add_residual", &vgraph::linear_add_residual_cpu);
   m.impl("rms_norm_qkv_rope", &vgraph::rms_norm_qkv_rope_cpu);
   m.impl("rms_norm_gate_up_silu", &vgraph::rms_norm_gate_up_silu_cpu);
+  m.impl("wide_gemv_from", &vgraph::wide_gemv_from_cpu);
 }

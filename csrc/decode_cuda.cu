@@ -42,6 +42,7 @@
 #include "common.h"
 #include "decode_common.h"
 #include "decode_gemv.h"
+#include "device_info.cuh"
 #include "layers.h"
 
 namespace vgraph {
@@ -331,19 +332,25 @@ at::Tensor pack_wide_as(const at::Tensor& weight, int64_t head_size) {
   return out;
 }
 
-// The wide kernel's packed copy of weight [N, K] (16-bit, contiguous) for the epilogue named:
-// "gate_up", "qkv" (head_size: N's heads) or "plain"; any shape the tensor-core kernels take.
+// The epilogue named by pack_wide_weight's and wide_gemv_from's `epilogue`: "gate_up" (W = gate
+// rows | up rows), "qkv" (rotate-half pairs of head_size heads) or "plain".
+Epilogue wide_epilogue(c10::string_view epilogue) {
+  TORCH_CHECK(epilogue == "gate_up" || epilogue == "qkv" || epilogue == "plain",
+              "epilogue must be 'gate_up', 'qkv' or 'plain', got '", epilogue, "'");
+  return epilogue == "gate_up" ? Epilogue::kSiluMul
+         : epilogue == "qkv"   ? Epilogue::kQkvRope
+                               : Epilogue::kAddResidual;
+}
+
+// The wide kernel's packed copy of weight [N, K] (16-bit, contiguous) for the epilogue named
+// (head_size: a "qkv" weight's heads); any shape the tensor-core kernels take.
 at::Tensor pack_wide_weight_cuda(const at::Tensor& weight, c10::string_view epilogue,
                                  int64_t head_size) {
   TORCH_CHECK(weight.dim() == 2 && weight.is_contiguous(), "weight must be contiguous [N, K], got ",
               weight.sizes());
   TORCH_CHECK(weight.scalar_type() == at::kHalf || weight.scalar_type() == at::kBFloat16,
               "weight must be float16 or bfloat16, got ", weight.scalar_type());
-  TORCH_CHECK(epilogue == "gate_up" || epilogue == "qkv" || epilogue == "plain",
-              "epilogue must be 'gate_up', 'qkv' or 'plain', got '", epilogue, "'");
-  const Epilogue e = epilogue == "gate_up" ? Epilogue::kSiluMul
-                     : epilogue == "qkv"   ? Epilogue::kQkvRope
-                                           : Epilogue::kAddResidual;
+  const Epilogue e = wide_epilogue(epilogue);
   TORCH_CHECK(mma_fits(e, weight.size(0), weight.size(1), head_size) &&
                   (e != Epilogue::kQkvRope || weight.size(0) % head_size == 0),
               "pack_wide_weight: no tensor-core tiling of a ", epilogue, " weight ", weight.sizes(),
@@ -352,6 +359,21 @@ at::Tensor pack_wide_weight_cuda(const at::Tensor& weight, c10::string_view epil
   if (e == Epilogue::kSiluMul) return pack_wide_as<Epilogue::kSiluMul>(weight, 0);
   if (e == Epilogue::kQkvRope) return pack_wide_as<Epilogue::kQkvRope>(weight, head_size);
   return pack_wide_as<Epilogue::kAddResidual>(weight, 0);
+}
+
+// The token count from which the fused op of this weight's shape runs the wide kernel by default
+// (the per-shape table's wide_from, or VGRAPH_GEMV_WIDE_FROM_<OP>), 0 where it never does: before
+// sm_90, shapes the tensor-core tiling does not take, wide_from past the op's fused limit.
+int64_t wide_gemv_from_cuda(const at::Tensor& weight, c10::string_view epilogue,
+                            int64_t head_size) {
+  TORCH_CHECK(weight.dim() == 2, "weight must be [N, K], got ", weight.sizes());
+  const Epilogue e = wide_epilogue(epilogue);
+  const int64_t n = weight.size(0), k = weight.size(1);
+  if (compute_major(weight.device().index()) < 9 || !mma_fits(e, n, k, head_size)) return 0;
+  const Threshold* t = find_threshold(e, n, k);
+  const int from = env_int(op_switch("VGRAPH_GEMV_WIDE_FROM_", e).c_str(),
+                           t ? static_cast<int>(t->wide_from) : 0, 0, kMaxGemvTokens);
+  return from > 0 && from <= default_max_gemv_tokens(e, n, k) ? from : 0;
 }
 
 using CudaPath = Unfused<CudaOps>;
@@ -521,4 +543,5 @@ TORCH_LIBRARY_IMPL(vgraph_C, CUDA, m) {
   m.impl("rms_norm_qkv_rope", &vgraph::rms_norm_qkv_rope_cuda);
   m.impl("rms_norm_gate_up_silu", &vgraph::rms_norm_gate_up_silu_cuda);
   m.impl("pack_wide_weight", &vgraph::pack_wide_weight_cuda);
+  m.impl("wide_gemv_from", &vgraph::wide_gemv_from_cuda);
 }

@@ -87,11 +87,12 @@ def test_full_equals_none_with_the_qkv_norm_folded(
 def test_full_equals_none_with_wide_packed_weights(
     name: str, num_requests: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """VGRAPH_WIDE_PACK=1 (read at load, by the engine core's own process too): the QKV and
-    gate/up weights packed for the wide tensor-core GEMV, which runs them from 1-2 tokens on in
-    these models. FULL's greedy tokens with them equal NONE's without."""
+    """The QKV and gate/up weights packed for the wide tensor-core GEMV (VGRAPH_WIDE_PACK, read
+    at load by the engine core's own process too; by default those the wide kernel runs: in these
+    models from 1-2 tokens on). FULL's greedy tokens with them equal NONE's without."""
+    monkeypatch.setenv("VGRAPH_WIDE_PACK", "0")
     tokens_none, _, fused_none = run(name, "NONE", num_requests, multiprocess=False)
-    monkeypatch.setenv("VGRAPH_WIDE_PACK", "1")
+    monkeypatch.delenv("VGRAPH_WIDE_PACK")
     tokens_full, _, _ = run(name, "FULL", num_requests, multiprocess=True)
     assert fused_none == [(True, True)]
     assert tokens_full == tokens_none

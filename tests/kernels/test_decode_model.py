@@ -89,12 +89,12 @@ def test_fold_switch_refuses_a_bad_value(tiny_checkpoint, monkeypatch: pytest.Mo
 def test_wide_pack_switch_refuses_a_bad_value_and_packs_only_on_sm90(
     tiny_checkpoint, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """VGRAPH_WIDE_PACK takes 0 or 1, naming the switch otherwise; on the CPU (no wide kernel)
-    VGRAPH_WIDE_PACK=1 packs nothing and the model serves as before."""
+    """VGRAPH_WIDE_PACK takes 0, 1 or auto, naming the switch otherwise; on the CPU (no wide
+    kernel) VGRAPH_WIDE_PACK=1 packs nothing and the model serves as before."""
     from vgraph import LLM, SamplingParams
 
     monkeypatch.setenv("VGRAPH_WIDE_PACK", "on")
-    with pytest.raises(ValueError, match="VGRAPH_WIDE_PACK must be 0 or 1, got 'on'"):
+    with pytest.raises(ValueError, match="VGRAPH_WIDE_PACK must be 0, 1 or auto, got 'on'"):
         LLM(str(tiny_checkpoint("llama")), device="cpu", multiprocess=False)
     monkeypatch.setattr(LlamaModel, "use_fused_ops", lambda self, x: True)
     monkeypatch.setenv("VGRAPH_WIDE_PACK", "1")
@@ -102,6 +102,7 @@ def test_wide_pack_switch_refuses_a_bad_value_and_packs_only_on_sm90(
     model = llm.engine.client.core.runner.model
     for layer in model.model.layers:
         assert layer.self_attn.wide_packed is None and layer.mlp.wide_packed is None
+        assert torch.ops.vgraph_C.wide_gemv_from(layer.mlp.gate_up_proj.weight, "gate_up") == 0
     params = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
     assert len(llm.generate([[7, 8, 9]], params, use_tqdm=False)[0].outputs[0].token_ids) == 4
     llm.shutdown()

@@ -635,6 +635,29 @@ def test_wide_packed_weight_is_checked(device: str) -> None:
 
 
 @pytest.mark.parametrize("device", [CUDA])
+def test_wide_gemv_from_reads_the_table(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """wide_gemv_from: the token count from which the fused op of a shape runs the wide kernel,
+    as the per-shape table (or VGRAPH_GEMV_WIDE_FROM_<OP>) says; 0 where it never does."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("the wide kernel needs sm_90")
+    llama, smol = (
+        Case("Llama-3.2-1B", 1, torch.bfloat16, device),
+        Case("SmolLM2-135M", 1, torch.bfloat16, device),
+    )
+    assert OPS.wide_gemv_from(llama.w_gu, "gate_up") == 1
+    assert OPS.wide_gemv_from(llama.w_qkv, "qkv", llama.hd) == 2
+    assert OPS.wide_gemv_from(llama.w_o, "plain") == 0
+    assert OPS.wide_gemv_from(smol.w_gu, "gate_up") == 0
+    monkeypatch.setenv("VGRAPH_GEMV_WIDE_FROM_GATE_UP", "0")
+    assert OPS.wide_gemv_from(llama.w_gu, "gate_up") == 0
+    monkeypatch.setenv("VGRAPH_GEMV_WIDE_FROM_GATE_UP", "33")  # past every fused limit
+    with pytest.raises(RuntimeError, match="VGRAPH_GEMV_WIDE_FROM_GATE_UP"):
+        OPS.wide_gemv_from(llama.w_gu, "gate_up")
+    with pytest.raises(RuntimeError, match="epilogue must be"):
+        OPS.wide_gemv_from(llama.w_gu, "silu")
+
+
+@pytest.mark.parametrize("device", [CUDA])
 @pytest.mark.parametrize(
     ("name", "value"),
     [("VGRAPH_WIDE_SPLIT", "9"), ("VGRAPH_WIDE_SPLIT", "5"), ("VGRAPH_WIDE_WARPS", "9"),

@@ -52,7 +52,7 @@ GREEDY_STATE_SIZE = 128
 # 1, 0, or auto (the default: on the fused path of a model without q / k norms).
 FOLD_QKV_NORM_ENV = "VGRAPH_FOLD_QKV_NORM"
 # The QKV and gate/up weights also packed for the wide tensor-core GEMV at load
-# (process_weights_after_loading): 1 or 0 (the default).
+# (process_weights_after_loading): 1, 0, or auto (the default: those it runs).
 WIDE_PACK_ENV = "VGRAPH_WIDE_PACK"
 
 # checkpoint name fragment -> (our fused parameter fragment, shard id)
@@ -300,23 +300,34 @@ class LlamaForCausalLM(nn.Module):
         self._pack_wide_weights()
 
     def _pack_wide_weights(self) -> None:
-        """With VGRAPH_WIDE_PACK=1, on the fused path of an sm_90 GPU: each layer's QKV and
-        gate/up weights packed for the wide tensor-core GEMV (pack_wide_weight), beside the
-        row-major ones the other paths read. That kernel then streams each warp's chunk of 16 rows
-        as one contiguous 2 KiB run, where the row-major weight gives 16 runs of 128 bytes."""
-        value = os.environ.get(WIDE_PACK_ENV, "0")
-        if value not in ("0", "1"):
-            raise ValueError(f"{WIDE_PACK_ENV} must be 0 or 1, got {value!r}")
+        """On the fused path of an sm_90 GPU, each layer's QKV and gate/up weights packed for the
+        wide tensor-core GEMV (pack_wide_weight), beside the row-major ones the other paths read:
+        a warp's chunk of 16 rows is then one contiguous 2 KiB run, where the row-major weight
+        gives 16 runs of 128 bytes. VGRAPH_WIDE_PACK: auto (the default) packs the weights whose
+        shape the per-shape table runs on the wide kernel (wide_gemv_from; Llama-3.2-1B's and
+        Qwen3-0.6B's, not SmolLM2-135M's), 1 every QKV and gate/up weight (for comparisons with
+        VGRAPH_GEMV=wide), 0 none. On an H200 Llama-3.2-1B's batch-16 step took 1.038 against
+        1.066 ms in the engine loop, its batch 1 0.809 against 0.813, for 1.27 GB more weights
+        (benchmarks/results/2026-12-05-h200-wide-pack/)."""
+        value = os.environ.get(WIDE_PACK_ENV, "auto")
+        if value not in ("0", "1", "auto"):
+            raise ValueError(f"{WIDE_PACK_ENV} must be 0, 1 or auto, got {value!r}")
         probe = self.model.embed_tokens.weight[:1]
-        if value == "0" or not self.model.use_fused_ops(probe) or not probe.is_cuda:
+        if value == "0" or not probe.is_cuda or not self.model.use_fused_ops(probe):
             return
         if torch.cuda.get_device_capability(probe.device)[0] < 9:
             return
-        pack = torch.ops.vgraph_C.pack_wide_weight
+        ops = torch.ops.vgraph_C
+
+        def packed(weight: torch.Tensor, epilogue: str, head_size: int = 0) -> torch.Tensor | None:
+            if value == "auto" and ops.wide_gemv_from(weight, epilogue, head_size) == 0:
+                return None
+            return ops.pack_wide_weight(weight, epilogue, head_size)
+
         for layer in self.model.layers:
             attn, mlp = layer.self_attn, layer.mlp
-            attn.wide_packed = pack(attn.qkv_proj.weight, "qkv", attn.head_dim)
-            mlp.wide_packed = pack(mlp.gate_up_proj.weight, "gate_up")
+            attn.wide_packed = packed(attn.qkv_proj.weight, "qkv", attn.head_dim)
+            mlp.wide_packed = packed(mlp.gate_up_proj.weight, "gate_up")
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """input_ids, positions: [T] -> hidden states [T, hidden_size], for compute_logits (on the
