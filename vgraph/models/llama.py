@@ -17,7 +17,9 @@ into in place (the values of fused_add_rms_norm, one launch fewer per add):
   Elsewhere (the CPU) the torch code below, the oracle compared with transformers.
 On the fused path of a model without q / k norms (Llama, SmolLM2) each layer's input norm weight
 is folded into its QKV weight when the model loads (process_weights_after_loading;
-VGRAPH_FOLD_QKV_NORM), and the QKV op knows its norm weight is ones.
+VGRAPH_FOLD_QKV_NORM), and the QKV op knows its norm weight is ones. On an sm_90 GPU the QKV and
+gate/up weights that the wide tensor-core GEMV runs are also packed for it, tile by tile
+(VGRAPH_WIDE_PACK), and passed to their ops beside the row-major ones.
 """
 
 from __future__ import annotations
