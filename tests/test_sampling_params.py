@@ -29,6 +29,11 @@ BAD = [
     ({"stop_token_ids": [True]}, "stop_token_ids"),
     ({"stop_token_ids": [2**64]}, "stop_token_ids"),
     ({"stop_token_ids": [1] * (MAX_STOP_TOKEN_IDS + 1)}, "stop_token_ids"),
+    # the flags: a string or an int is no bool (msgspec would refuse it only in the engine core)
+    ({"ignore_eos": "no"}, "ignore_eos"),
+    ({"include_stop_str_in_output": 1}, "include_stop_str_in_output"),
+    ({"skip_special_tokens": None}, "skip_special_tokens"),
+    ({"structured_outputs": {"json": {}}}, "structured_outputs"),
 ]
 
 

@@ -141,6 +141,16 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
             optional = name in ("max_tokens", "logprobs", "prompt_logprobs", "seed")
             _check(_is_int(value) or (optional and value is None), name, value, "an integer")
             _check(value is None or value <= MAX_INT64, name, value, "an integer < 2**63")
+        for name in ("ignore_eos", "include_stop_str_in_output", "skip_special_tokens"):
+            value = getattr(self, name)
+            _check(isinstance(value, bool), name, value, "true or false")
+        _check(
+            self.structured_outputs is None
+            or isinstance(self.structured_outputs, StructuredOutputsParams),
+            "structured_outputs",
+            self.structured_outputs,
+            "a StructuredOutputsParams",
+        )
         _check(self.n >= 1, "n", self.n, "an integer >= 1")
         _check(self.temperature >= 0.0, "temperature", self.temperature, "a number >= 0")
         _check(0.0 < self.top_p <= 1.0, "top_p", self.top_p, "a number in (0, 1]")
