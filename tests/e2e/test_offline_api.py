@@ -84,6 +84,28 @@ def test_chat_passes_tools_and_template_kwargs(llm: LLM) -> None:
         llm.chat(messages, greedy(), use_tqdm=False, chat_template_kwargs={"tokenize": True})
 
 
+def test_chat_takes_text_parts_and_a_template(llm: LLM, tmp_path: Path) -> None:
+    """LLM.chat reads OpenAI text-part lists as /v1/chat/completions does (the parts joined), and
+    chat_template (the template's text, or a file of it) replaces the tokenizer's, as in vLLM."""
+    plain = [{"role": "user", "content": "Weather in Paris?"}]
+    parts = [{"role": "user", "content": [{"type": "text", "text": "Weather in "},
+                                          {"type": "text", "text": "Paris?"}]}]  # fmt: skip
+    want = llm.chat(plain, greedy(), use_tqdm=False)[0].prompt_token_ids
+    assert llm.chat(parts, greedy(), use_tqdm=False)[0].prompt_token_ids == want
+    image = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
+    with pytest.raises(ValueError, match=r"content parts must be .*text"):
+        llm.chat(image, greedy(), use_tqdm=False)
+    template = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+    out = llm.chat(plain, greedy(), use_tqdm=False, chat_template=template)[0]
+    assert llm.tokenizer.decode(out.prompt_token_ids) == "[user] Weather in Paris?\n"
+    path = tmp_path / "template.jinja"
+    path.write_text(template)
+    from_file = llm.chat(plain, greedy(), use_tqdm=False, chat_template=str(path))[0]
+    assert from_file.prompt_token_ids == out.prompt_token_ids
+    with pytest.raises(ValueError, match="neither a file nor a Jinja template"):
+        llm.chat(plain, greedy(), use_tqdm=False, chat_template="no-such-file.jinja")
+
+
 def test_generation_config_sets_the_defaults(llm: LLM, tool_model_dir: Path) -> None:
     """generation_config.json says max_new_tokens 6: generate() without params stops there."""
     assert llm.get_default_sampling_params().max_tokens == 6
@@ -112,3 +134,4 @@ def test_generation_config_vllm_and_bad_values(tool_model_dir: Path, tmp_path: P
         load_sampling_defaults(tool_model_dir, str(tmp_path))
     with pytest.raises(ValueError, match="generation_config='nope'"):
         load_sampling_defaults(tool_model_dir, "nope")
+

@@ -8,6 +8,7 @@ know about HTTP: a user's mistake is a ChatTemplateError (a ValueError naming th
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 # apply_chat_template's own parameters: template variables must not override how it renders
@@ -40,6 +41,38 @@ class ChatTemplateError(ValueError):
         self.field = field
 
 
+def load_chat_template(value: str) -> str:
+    """--chat-template / LLM.chat's chat_template: a file's contents, or the template itself (as
+    vLLM)."""
+    path = Path(value).expanduser()
+    if path.is_file():
+        return path.read_text()
+    if any(c in value for c in "{%"):
+        return value
+    raise ValueError(f"chat_template={value!r} is neither a file nor a Jinja template")
+
+
+def text_contents(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages with OpenAI content-part lists ([{"type": "text", "text": ...}, ...]) joined
+    into one string, as /v1/chat/completions reads them; other parts are a ChatTemplateError."""
+    out = []
+    for i, msg in enumerate(messages):
+        content = msg.get("content") if isinstance(msg, dict) else None
+        if isinstance(content, list):
+            if not all(
+                isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                for p in content
+            ):
+                raise ChatTemplateError(
+                    "content parts must be {'type': 'text', 'text': <string>}; this model "
+                    "reads text only",
+                    f"messages[{i}].content",
+                )
+            msg = {**msg, "content": "".join(p["text"] for p in content)}
+        out.append(msg)
+    return out
+
+
 def render_chat(
     tokenizer: Any,
     messages: list[dict[str, Any]],
@@ -48,12 +81,14 @@ def render_chat(
     continue_final_message: bool = False,
     tools: list[dict[str, Any]] | None = None,
     chat_template_kwargs: dict[str, Any] | None = None,
+    chat_template: str | None = None,
 ) -> str:
     """The prompt text of one conversation. continue_final_message: the text ends inside the
     last message (the model continues it, e.g. a prefilled assistant reply) instead of closing
     it; not with add_generation_prompt (None: whichever continue_final_message leaves).
-    Raises ChatTemplateError."""
-    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+    chat_template: a Jinja template in place of the tokenizer's. Raises ChatTemplateError."""
+    has_template = chat_template or getattr(tokenizer, "chat_template", None)
+    if tokenizer is None or not has_template:
         raise ChatTemplateError("this model has no chat template; send a plain text prompt")
     if add_generation_prompt is None:
         add_generation_prompt = not continue_final_message
@@ -78,6 +113,7 @@ def render_chat(
             tokenize=False,
             add_generation_prompt=add_generation_prompt,
             continue_final_message=continue_final_message,
+            chat_template=chat_template,
             **kwargs,
         )
     except Exception as e:  # noqa: BLE001 - a template that rejects these messages

@@ -11,7 +11,7 @@ from tqdm import tqdm
 from vgraph.engine.arg_utils import create_engine_config
 from vgraph.engine.input_processor import PromptType
 from vgraph.engine.llm_engine import LLMEngine
-from vgraph.entrypoints.chat_utils import render_chat
+from vgraph.entrypoints.chat_utils import load_chat_template, render_chat, text_contents
 from vgraph.entrypoints.generation_config import load_sampling_defaults
 from vgraph.outputs import RequestOutput
 from vgraph.sampling_params import SamplingParams
@@ -109,25 +109,30 @@ class LLM:
         continue_final_message: bool = False,
         tools: list[dict[str, Any]] | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        chat_template: str | None = None,
     ) -> list[RequestOutput]:
         """Generate replies to one conversation or a list of them, via the chat template.
+        Message contents may be strings or OpenAI text-part lists (joined, as the server does).
         continue_final_message (with add_generation_prompt=False): continue the last message
         (a prefilled assistant reply) instead of opening a new turn. tools (OpenAI function
         definitions) and chat_template_kwargs (template variables, e.g. enable_thinking) go to
-        the template, as in /v1/chat/completions. The template writes the special tokens (BOS):
-        the tokenizer adds none of its own, as in transformers' apply_chat_template."""
+        the template, as in /v1/chat/completions; chat_template (a Jinja template or a file of
+        one) replaces the tokenizer's. The template writes the special tokens (BOS): the
+        tokenizer adds none of its own, as in transformers' apply_chat_template."""
         if self.tokenizer is None:
             raise ValueError("chat() needs a tokenizer; this model folder has none")
+        template = None if chat_template is None else load_chat_template(chat_template)
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages
         prompts: list[PromptType] = []
         for conv in conversations:
             text = render_chat(
                 self.tokenizer,
-                conv,
+                text_contents(conv),
                 add_generation_prompt=add_generation_prompt,
                 continue_final_message=continue_final_message,
                 tools=tools,
                 chat_template_kwargs=chat_template_kwargs,
+                chat_template=template,
             )
             _, ids = self.engine.processor.process_prompt(text, add_special_tokens=False)
             prompts.append({"prompt": text, "prompt_token_ids": ids})

@@ -34,6 +34,7 @@ from starlette.requests import ClientDisconnect
 import vgraph
 from vgraph.engine.async_llm import AsyncLLM
 from vgraph.engine.stat_logging import LoggingStatLogger, log_stats_interval
+from vgraph.entrypoints.chat_utils import load_chat_template
 from vgraph.entrypoints.generation_config import load_sampling_defaults
 from vgraph.entrypoints.openai import protocol
 from vgraph.entrypoints.openai.drain import ClosingStreamingResponse, Drain, DrainingServer
@@ -58,7 +59,7 @@ from vgraph.entrypoints.openai.serving_tokenization import (
     OpenAIServingTokenization,
     TokenizeRequest,
 )
-from vgraph.entrypoints.openai.startup import load_chat_template, log_resolved_config
+from vgraph.entrypoints.openai.startup import log_resolved_config
 from vgraph.entrypoints.openai.tool_parsers import make_tool_parser
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """What `vgraph serve` does before it serves: bind the port (before the model loads, so a busy
-port fails fast), read --chat-template, and log the resolved configuration once the engine core
+port fails fast) and log the resolved configuration once the engine core
 is up. Nothing here handles a request.
 """
 
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import socket
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -15,16 +14,6 @@ if TYPE_CHECKING:
     from vgraph.engine.async_llm import AsyncLLM
 
 logger = logging.getLogger("vgraph.entrypoints.openai.server")
-
-
-def load_chat_template(value: str) -> str:
-    """--chat-template: a file's contents, or the template itself (as vLLM)."""
-    path = Path(value).expanduser()
-    if path.is_file():
-        return path.read_text()
-    if any(c in value for c in "{%"):
-        return value
-    raise ValueError(f"chat_template={value!r} is neither a file nor a Jinja template")
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
