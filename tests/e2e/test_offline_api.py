@@ -135,3 +135,15 @@ def test_generation_config_vllm_and_bad_values(tool_model_dir: Path, tmp_path: P
     with pytest.raises(ValueError, match="generation_config='nope'"):
         load_sampling_defaults(tool_model_dir, "nope")
 
+
+def test_generate_after_shutdown_says_so(tool_model_dir: Path) -> None:
+    """After shutdown() a generate call (engine core in its own process) is an EngineDeadError
+    that says the engine was shut down, not that its process died."""
+    from vgraph.engine.client import EngineDeadError
+
+    engine = LLM(str(tool_model_dir), max_model_len=256)
+    assert engine.generate("Hello", greedy(), use_tqdm=False)[0].outputs[0].text == ANSWER
+    engine.shutdown()
+    with pytest.raises(EngineDeadError, match="the engine was shut down"):
+        engine.generate("Hello", greedy(), use_tqdm=False)
+    engine.shutdown()  # twice is fine

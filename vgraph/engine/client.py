@@ -237,6 +237,8 @@ class MPClientBase:
         return None
 
     def shutdown(self) -> None:
+        # a request after this is told why nothing serves it (not that the core "died")
+        self.dead_error = self.dead_error or EngineDeadError("the engine was shut down")
         self.resources()  # not the finalizer: that runs once even if interrupted; this retries
 
 
