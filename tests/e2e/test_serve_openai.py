@@ -235,7 +235,9 @@ def test_chat_logprobs(client: openai.OpenAI, server) -> None:
 
 def test_streamed_logprobs_and_usage_equal_the_whole(client: openai.OpenAI, server) -> None:
     """Streamed chunks carry the logprobs of their own tokens (completions: text offsets run on
-    across chunks) and, with continuous_usage_stats, the usage so far."""
+    across chunks) and, with continuous_usage_stats, the usage so far; continuous_usage_stats
+    without include_usage adds no usage (vLLM's rule), and a chat stream's role chunk carries
+    the prompt's."""
     kw = {"model": server.model_name, "max_tokens": 6, "temperature": 0}
     usage_opts = {"include_usage": True, "continuous_usage_stats": True}
     whole = client.completions.create(prompt=[PROMPT, "Hello"], logprobs=2, **kw)
@@ -255,11 +257,20 @@ def test_streamed_logprobs_and_usage_equal_the_whole(client: openai.OpenAI, serv
     running = [c.usage.completion_tokens for c in chunks if c.choices]
     assert running == sorted(running) and running[-1] == whole.usage.completion_tokens == 12
     assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens == whole.usage.total_tokens
+    alone = {"continuous_usage_stats": True}
+    bare = list(client.completions.create(prompt=PROMPT, stream=True, stream_options=alone, **kw))
+    assert bare and all(c.usage is None and c.choices for c in bare)
 
     chat_kw = {**kw, "messages": MESSAGES, "logprobs": True, "top_logprobs": 2}
     whole_chat = client.chat.completions.create(**chat_kw).choices[0].logprobs.content
     streamed = list(client.chat.completions.create(stream=True, **chat_kw))
     assert streamed[0].choices[0].logprobs is None  # the role chunk
+    with_usage = list(
+        client.chat.completions.create(stream=True, stream_options=usage_opts, **chat_kw)
+    )
+    role = with_usage[0]
+    assert role.choices[0].delta.role == "assistant" and role.usage.completion_tokens == 0
+    assert role.usage.prompt_tokens == with_usage[-1].usage.prompt_tokens > 0
     content = [t for c in streamed[1:] for t in c.choices[0].logprobs.content]
     assert [t.token for t in content] == [t.token for t in whole_chat]
     assert [t.logprob for t in content] == pytest.approx([t.logprob for t in whole_chat], abs=1e-4)

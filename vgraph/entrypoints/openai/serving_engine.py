@@ -247,15 +247,20 @@ class OpenAIServing:
 
         A chunk per entry of first_choices, then one per delta output, its choice object made by
         make_choice(prompt index, delta) (after on_output(prompt index, output), if given,
-        sees the output it came in); usage per chunk (continuous_usage_stats) and at the end
-        (include_usage); an error after the stream began becomes an error event; `data: [DONE]`
-        last, always.
+        sees the output it came in); usage at the end (include_usage) and, with it,
+        continuous_usage_stats on every chunk (vLLM's rule); an error after the stream began
+        becomes an error event; `data: [DONE]` last, always.
         """
         num_prompt = sum(len(ids) for _, ids in prompts)
         num_completion = 0
         cached: dict[int, int] = {}  # prompt index -> its prompt tokens found cached
+        include_usage = stream_options is not None and stream_options.include_usage
+        continuous = include_usage and stream_options.continuous_usage_stats
         for choice in first_choices:
-            yield sse({**head, "choices": [choice]})
+            chunk = {**head, "choices": [choice]}
+            if continuous:
+                chunk["usage"] = usage(num_prompt, 0, 0)
+            yield sse(chunk)
         try:
             async for i, out in self.generate_all(prompts, params, head["id"]):
                 cached[i] = out.num_cached_tokens or cached.get(i, 0)
@@ -264,10 +269,10 @@ class OpenAIServing:
                 for comp in out.outputs:
                     num_completion += len(comp.token_ids)
                     chunk = {**head, "choices": [make_choice(i, comp)]}
-                    if stream_options is not None and stream_options.continuous_usage_stats:
+                    if continuous:
                         chunk["usage"] = usage(num_prompt, num_completion, sum(cached.values()))
                     yield sse(chunk)
-            if stream_options is not None and stream_options.include_usage:
+            if include_usage:
                 final = usage(num_prompt, num_completion, sum(cached.values()))
                 yield sse({**head, "choices": [], "usage": final})
         except APIError as e:
