@@ -295,6 +295,31 @@ def test_echo_with_logprobs(
     assert chunks[0].startswith(PROMPT) and "".join(chunks) == choice.text
 
 
+def test_echo_without_generation_scores_the_prompt(
+    client: openai.OpenAI, server: ServerProcess, tokenizer: Any
+) -> None:
+    """echo with max_tokens 0 (vLLM's scoring request): the prompt and its logprobs come back,
+    nothing generated, streamed or not; max_tokens 0 without echo is a 400 naming max_tokens."""
+    prompt_ids = tokenizer.encode(PROMPT)
+    kw = {"model": server.model_name, "prompt": PROMPT, "max_tokens": 0, "temperature": 0}
+    full = client.completions.create(echo=True, logprobs=1, **{**kw, "max_tokens": 4})
+    got = client.completions.create(echo=True, logprobs=1, **kw)
+    choice = got.choices[0]
+    assert choice.text == PROMPT and choice.finish_reason == "length"
+    assert len(choice.logprobs.tokens) == len(prompt_ids)
+    n = len(prompt_ids)
+    assert choice.logprobs.token_logprobs == pytest.approx(
+        full.choices[0].logprobs.token_logprobs[:n], abs=1e-4
+    )
+    streamed = list(client.completions.create(echo=True, stream=True, logprobs=1, **kw))
+    texts = [c.choices[0].text for c in streamed if c.choices]
+    assert "".join(texts) == PROMPT
+    assert sum(len(c.choices[0].logprobs.tokens) for c in streamed if c.choices) == n
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(**kw)
+    assert err.value.body["param"] == "max_tokens" and "echo" in err.value.body["message"]
+
+
 FORCED_TOOLS = [
     {
         "type": "function",

@@ -344,14 +344,28 @@ class SamplingRequest(StrictModel):
 
 class CompletionRequest(SamplingRequest):
     prompt: str | list[Int64] | list[str] | list[list[Int64]]  # max_tokens None: 16
+    # 0 only with echo: the prompt (and its logprobs) comes back, nothing generated (vLLM's
+    # scoring request)
+    max_tokens: LaxInt | None = Field(None, ge=0, le=2**31 - 1)
     logprobs: LaxInt | None = Field(None, ge=0, le=MAX_LOGPROBS)
     echo: bool = False
     suffix: str | None = None
     best_of: LaxInt | None = None
     add_special_tokens: bool = True  # the tokenizer's own (BOS) on a text prompt, as vLLM
 
+    @property
+    def echo_only(self) -> bool:
+        """echo with max_tokens 0: the prompt scored, no completion."""
+        return self.echo and self.max_tokens == 0
+
     def check_unsupported(self) -> None:
         super().check_unsupported()
+        if self.max_tokens == 0 and not self.echo:
+            raise APIError(
+                "max_tokens must be >= 1 (got 0); 0 is allowed only with echo, which returns the "
+                "prompt and its logprobs without generating",
+                param="max_tokens",
+            )
         if self.suffix:
             raise APIError("suffix is not supported by vgraph", param="suffix")
         if self.best_of not in (None, self.n):

@@ -39,9 +39,11 @@ class OpenAIServingCompletion(OpenAIServing):
         prompt_lp = req.prompt_logprobs
         if req.echo and req.logprobs is not None:  # the echoed prompt carries logprobs too
             prompt_lp = max(req.logprobs, prompt_lp or 0)
+        # echo_only: one token is sampled (the engine generates at least one) and left out
+        max_tokens = 1 if req.echo_only else req.max_tokens
         params = [
             self.sampling_params(
-                req, req.max_tokens, len(ids), DEFAULT_MAX_TOKENS, req.logprobs, prompt_lp
+                req, max_tokens, len(ids), DEFAULT_MAX_TOKENS, req.logprobs, prompt_lp
             )
             for _, ids in tokenized
         ]
@@ -62,6 +64,8 @@ class OpenAIServingCompletion(OpenAIServing):
             i = c.index // req.n
             out = outputs[i]
             text, token_ids, entries = c.text, c.token_ids, c.logprobs
+            if req.echo_only:
+                text, token_ids, entries = "", [], []
             if req.echo:
                 text = self.prompt_text(tokenized[i]) + text
                 token_ids = out.prompt_token_ids + token_ids
@@ -105,6 +109,8 @@ class OpenAIServingCompletion(OpenAIServing):
             first = index not in text_len
             offset = text_len.get(index, 0)
             text, token_ids, entries = comp.text, comp.token_ids, comp.logprobs or []
+            if req.echo_only:
+                text, token_ids, entries = "", [], []
             if req.echo and first:  # the prompt leads the choice's first chunk
                 text = self.prompt_text(tokenized[i]) + text
                 token_ids = latest[i].prompt_token_ids + token_ids
