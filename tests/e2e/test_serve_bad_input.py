@@ -190,8 +190,33 @@ def test_bad_request(
         assert err["param"] is not None and err["param"].split(".")[0] == param, err
 
 
+@pytest.mark.parametrize(
+    ("fields", "param", "words"),
+    [
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"schema": "notadict"}}},
+            "response_format.json_schema.schema",
+            "dictionary",
+        ),
+        ({"structured_outputs": {"json": 5}}, "structured_outputs.json", "an object, or its text"),
+        ({"guided_json": 5}, "guided_json", "an object, or its text"),
+    ],
+)
+def test_nested_field_errors_name_the_field(
+    http: httpx.Client, fields: dict[str, object], param: str, words: str
+) -> None:
+    """A bad value under an aliased field (json_schema's `schema`, structured_outputs' `json`) is
+    named by its whole JSON path, not its parent's."""
+    resp = http.post("chat/completions", json={"messages": MSG, **fields})
+    assert resp.status_code == 400
+    err = resp.json()["error"]
+    assert err["param"] == param and err["message"].startswith(f"{param}: ")
+    assert words in err["message"], err
+
+
 def test_other_http_errors(server: ServerProcess) -> None:
-    assert httpx.get(f"{server.url}/v1/completions").status_code == 405
+    resp = httpx.get(f"{server.url}/v1/completions")
+    assert resp.status_code == 405 and resp.headers["allow"] == "POST"
     resp = httpx.get(f"{server.url}/no/such/route")
     assert resp.status_code == 404 and resp.json()["error"]["message"]
 

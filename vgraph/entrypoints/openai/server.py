@@ -196,8 +196,11 @@ def build_app(engine: AsyncLLM, args: FrontendArgs, log_stats: bool = True) -> F
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
+        # the exception's headers stay (a 405's Allow, which RFC 9110 requires)
         return JSONResponse(
-            APIError(str(e.detail), e.status_code).body(), status_code=e.status_code
+            APIError(str(e.detail), e.status_code).body(),
+            status_code=e.status_code,
+            headers=e.headers,
         )
 
     @app.exception_handler(Exception)
@@ -240,18 +243,22 @@ _UNION_HINTS = {  # fields whose several allowed forms make pydantic's first com
     "stop": "must be a string or a list of at most 16 strings",
     "tool_choice": 'must be "none", "auto", "required" or {"type": "function", "function": '
     '{"name": ...}}',
+    "structured_outputs.json": "must be a JSON schema: an object, or its text",
+    "guided_json": "must be a JSON schema: an object, or its text",
 }
 
 
-_FIELDS = set().union(  # every field name of every request model
-    *(
-        m.model_fields
-        for m in vars(protocol).values()
-        if isinstance(m, type) and issubclass(m, BaseModel)
-    ),
-    TokenizeRequest.model_fields,
-    DetokenizeRequest.model_fields,
-)
+_FIELDS = {  # every field name of every request model, as the JSON spells it (schema, json)
+    key
+    for m in [
+        *(m for m in vars(protocol).values() if isinstance(m, type) and issubclass(m, BaseModel)),
+        TokenizeRequest,
+        DetokenizeRequest,
+    ]
+    for name, info in m.model_fields.items()
+    for key in (name, info.alias)
+    if key
+}
 
 
 async def respond(
