@@ -289,9 +289,10 @@ class LlamaForCausalLM(nn.Module):
         value = os.environ.get(FOLD_QKV_NORM_ENV, "auto")
         if value not in ("0", "1", "auto"):
             raise ValueError(f"{FOLD_QKV_NORM_ENV} must be 0, 1 or auto, got {value!r}")
+        probe = self.model.embed_tokens.weight[:1]  # forward's first activations' kind
+        fused = self.model.use_fused_ops(probe)
         if value == "auto":
-            probe = self.model.embed_tokens.weight[:1]  # forward's first activations' kind
-            value = "1" if not self.qk_norm and self.model.use_fused_ops(probe) else "0"
+            value = "1" if not self.qk_norm and fused else "0"
         if value == "1":
             for layer in self.model.layers:
                 norm, attn = layer.input_layernorm, layer.self_attn
@@ -299,9 +300,9 @@ class LlamaForCausalLM(nn.Module):
                 weight.copy_(weight.float() * norm.weight.float())
                 norm.weight.fill_(1.0)
                 attn.unit_norm = True
-        self._pack_wide_weights()
+        self._pack_wide_weights(probe if fused else None)
 
-    def _pack_wide_weights(self) -> None:
+    def _pack_wide_weights(self, fused_probe: torch.Tensor | None) -> None:
         """On the fused path of an sm_90 GPU, each layer's QKV and gate/up weights packed for the
         wide tensor-core GEMV (pack_wide_weight), beside the row-major ones the other paths read:
         a warp's chunk of 16 rows is then one contiguous 2 KiB run, where the row-major weight
@@ -310,14 +311,14 @@ class LlamaForCausalLM(nn.Module):
         Qwen3-0.6B's, not SmolLM2-135M's), 1 every QKV and gate/up weight (for comparisons with
         VGRAPH_GEMV=wide), 0 none. On an H200 Llama-3.2-1B's batch-16 step took 1.038 against
         1.066 ms in the engine loop, its batch 1 0.809 against 0.813, for 1.27 GB more weights
-        (benchmarks/results/2026-12-05-h200-wide-pack/)."""
+        (benchmarks/results/2026-12-05-h200-wide-pack/). fused_probe: a tensor on the model's
+        device where the model runs the fused ops, else None."""
         value = os.environ.get(WIDE_PACK_ENV, "auto")
         if value not in ("0", "1", "auto"):
             raise ValueError(f"{WIDE_PACK_ENV} must be 0, 1 or auto, got {value!r}")
-        probe = self.model.embed_tokens.weight[:1]
-        if value == "0" or not probe.is_cuda or not self.model.use_fused_ops(probe):
+        if value == "0" or fused_probe is None or not fused_probe.is_cuda:
             return
-        if torch.cuda.get_device_capability(probe.device)[0] < 9:
+        if torch.cuda.get_device_capability(fused_probe.device)[0] < 9:
             return
         ops = torch.ops.vgraph_C
 
