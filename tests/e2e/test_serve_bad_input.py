@@ -159,6 +159,13 @@ CASES = [
         "chat_template_kwargs",
     ),
     (
+        "a request's chat_template on a server that does not trust them",
+        "chat/completions",
+        json.dumps({"messages": MSG, "chat_template": "{{ messages[0].content }}"}).encode(),
+        400,
+        "chat_template",
+    ),
+    (
         "chat unknown model",
         "chat/completions",
         json.dumps({"messages": MSG, "model": "nope"}).encode(),

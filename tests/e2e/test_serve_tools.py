@@ -1,6 +1,7 @@
 """`vgraph serve` as vLLM clients use it, through the official openai client: tool calls (auto,
 streaming and not, a round trip with the tool's result), unknown request fields ignored,
-numeric strings, the generation config's defaults, /tokenize, /detokenize, /ping,
+numeric strings, the generation config's defaults, /tokenize, /detokenize, a request's own
+chat template (the server trusts them), /ping,
 /v1/models/{id}, CORS preflight and X-Request-Id.
 
 One server on the scripted tool model (a tiny Qwen2 that answers every prompt with TOOL_PIECES:
@@ -46,6 +47,7 @@ def server(
         "--allowed-origins",
         json.dumps([ORIGIN]),
         "--enable-auto-tool-choice",
+        "--trust-request-chat-template",
     )
     try:
         srv.wait_healthy()
@@ -192,6 +194,26 @@ def test_tokenize_and_detokenize(server: ServerProcess) -> None:
         resp = httpx.post(f"{server.url}/{path}", json=body, timeout=60)
         assert resp.status_code == 400, resp.text
         assert resp.json()["error"]["param"] == (param or "chat_template_kwargs")
+
+
+BRACKETS = "{% for m in messages %}[{{ m.content }}]{% endfor %}"
+
+
+def test_request_chat_template(client: openai.OpenAI, server: ServerProcess) -> None:
+    """--trust-request-chat-template: a chat or /tokenize request renders with its own template."""
+    got = tokenize(server, messages=ASK, chat_template=BRACKETS)
+    assert detokenize(server, got["tokens"]) == "[What is the weather in Paris?]"
+    resp = client.chat.completions.create(
+        model=server.model_name,
+        messages=ASK,
+        max_tokens=3,
+        extra_body={"chat_template": BRACKETS, "echo": False},
+    )
+    assert resp.usage.prompt_tokens == got["count"]
+    bad = httpx.post(
+        f"{server.url}/tokenize", json={"messages": ASK, "chat_template": "{% if %}"}, timeout=60
+    )
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "chat_template", bad.text
 
 
 def test_ping_and_model_by_id(client: openai.OpenAI, server: ServerProcess) -> None:

@@ -52,6 +52,18 @@ def load_chat_template(value: str) -> str:
     raise ValueError(f"chat_template={value!r} is neither a file nor a Jinja template")
 
 
+def request_chat_template(template: str | None, tokenizer: Any, trusted: bool) -> str | None:
+    """A request's own `chat_template` (its text, never a file), as vLLM: refused unless the
+    server trusts request templates (--trust-request-chat-template) or it is the server's own."""
+    if template is None or trusted or template == getattr(tokenizer, "chat_template", None):
+        return template
+    raise ChatTemplateError(
+        "a request's chat_template needs the server started with --trust-request-chat-template; "
+        "leave it out to use the server's template",
+        "chat_template",
+    )
+
+
 def text_contents(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The messages with OpenAI content-part lists ([{"type": "text", "text": ...}, ...]) joined
     into one string, as /v1/chat/completions reads them; other parts are a ChatTemplateError."""
@@ -117,6 +129,12 @@ def render_chat(
             **kwargs,
         )
     except Exception as e:  # noqa: BLE001 - a template that rejects these messages
+        from jinja2 import TemplateSyntaxError
+
+        if chat_template and isinstance(e, TemplateSyntaxError):
+            raise ChatTemplateError(
+                f"chat_template is not a Jinja template: {e}", "chat_template"
+            ) from None
         raise ChatTemplateError(f"the chat template rejected the messages: {e}") from None
     if not isinstance(text, str):  # a template variable changed what apply_chat_template returns
         raise ChatTemplateError(

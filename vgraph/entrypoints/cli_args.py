@@ -57,6 +57,9 @@ class FrontendArgs:
     chat_template: str | None = arg(
         None, "chat template (a Jinja file or the template itself) instead of the tokenizer's"
     )
+    trust_request_chat_template: bool = arg(
+        False, "let a chat or /tokenize request bring its own chat_template (a Jinja template)"
+    )
     tool_call_parser: str = arg(
         "auto",
         "how tool calls are read from the output for tool_choice auto: hermes (<tool_call> JSON, "

@@ -467,6 +467,7 @@ class ChatCompletionRequest(SamplingRequest):
     echo: bool = False
     tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    chat_template: str | None = None  # a Jinja template's text (--trust-request-chat-template)
     chat_template_kwargs: dict[str, Any] | None = None
 
     def echoed(self) -> str:

@@ -89,9 +89,14 @@ def build_app(engine: AsyncLLM, args: FrontendArgs, log_stats: bool = True) -> F
         args.max_seqs_per_request,
         defaults,
         tool_parser=make_tool_parser(args.tool_call_parser, mc.architecture),
+        trust_request_chat_template=args.trust_request_chat_template,
     )
     tokenization = OpenAIServingTokenization(
-        engine.tokenizer, mc.names, mc.max_model_len, mc.vocab_size
+        engine.tokenizer,
+        mc.names,
+        mc.max_model_len,
+        mc.vocab_size,
+        args.trust_request_chat_template,
     )
     limit = args.max_request_body_bytes
     drain = Drain(args.graceful_shutdown_timeout)

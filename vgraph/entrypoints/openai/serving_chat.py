@@ -18,7 +18,6 @@ from typing import Any
 
 import msgspec
 
-from vgraph.entrypoints.chat_utils import ChatTemplateError, render_chat
 from vgraph.entrypoints.openai.protocol import APIError, ChatCompletionRequest
 from vgraph.entrypoints.openai.serving_engine import (
     Choice,
@@ -28,6 +27,7 @@ from vgraph.entrypoints.openai.serving_engine import (
     token_text,
     usage,
 )
+from vgraph.entrypoints.openai.serving_tokenization import render_messages
 from vgraph.entrypoints.openai.tool_parsers import (
     ToolParser,
     forced_tool_schema,
@@ -38,9 +38,16 @@ from vgraph.sampling_params import SamplingParams, SamplingParamsError, Structur
 
 
 class OpenAIServingChat(OpenAIServing):
-    def __init__(self, *args: Any, tool_parser: ToolParser | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        tool_parser: ToolParser | None = None,
+        trust_request_chat_template: bool = False,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.tool_parser = tool_parser  # for tool_choice "auto"; None: calls stay text
+        self.trust_request_chat_template = trust_request_chat_template
 
     async def create_chat_completion(
         self, req: ChatCompletionRequest, request_id: str | None = None
@@ -48,7 +55,12 @@ class OpenAIServingChat(OpenAIServing):
         """The response body, or (stream=true) an iterator of SSE events. Raises APIError."""
         self.check_request(req)
         self.check_num_seqs(1, req.n)
-        text, ids = self.prepare_prompt(self.render(req), "messages", req, req.add_special_tokens)
+        text, ids = self.prepare_prompt(
+            render_messages(self.engine.tokenizer, req, self.trust_request_chat_template),
+            "messages",
+            req,
+            req.add_special_tokens,
+        )
         top_n = (req.top_logprobs or 0) if req.logprobs else None
         params = self.sampling_params(
             req, req.max_completion_tokens or req.max_tokens, len(ids), None, top_n
@@ -92,19 +104,6 @@ class OpenAIServingChat(OpenAIServing):
         if req.prompt_logprobs is not None:
             response["prompt_logprobs"] = prompt_logprobs_json(prompt_lps)
         return response
-
-    def render(self, req: ChatCompletionRequest) -> str:
-        try:
-            return render_chat(
-                self.engine.tokenizer,
-                [m.template_dict() for m in req.messages],
-                add_generation_prompt=req.add_generation_prompt,
-                continue_final_message=req.continue_final_message,
-                tools=[t.model_dump(exclude_none=True) for t in req.tools or ()],
-                chat_template_kwargs=req.chat_template_kwargs,
-            )
-        except ChatTemplateError as e:
-            raise APIError(str(e), param=e.field) from None
 
     def tool_output(self, req: ChatCompletionRequest) -> ToolParser | dict[str, Any] | None:
         """How the output holds tool calls: a parser (tool_choice "auto"), the JSON schema it

@@ -13,10 +13,11 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from vgraph.entrypoints.chat_utils import ChatTemplateError, render_chat
+from vgraph.entrypoints.chat_utils import ChatTemplateError, render_chat, request_chat_template
 from vgraph.entrypoints.openai.protocol import (
     MAX_TOOLS,
     APIError,
+    ChatCompletionRequest,
     ChatMessage,
     Int64,
     StrictModel,
@@ -33,8 +34,31 @@ class TokenizeRequest(StrictModel):
     add_generation_prompt: bool | None = None  # default: true unless continue_final_message
     continue_final_message: bool = False
     tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
+    chat_template: str | None = None  # as in a chat request
     chat_template_kwargs: dict[str, Any] | None = None
     return_token_strs: bool = False
+
+
+def render_messages(
+    tokenizer: Any, req: ChatCompletionRequest | TokenizeRequest, trust_request_chat_template: bool
+) -> str:
+    """A chat or /tokenize request's messages as prompt text: the same rendering for both, so
+    /tokenize counts what the chat endpoint would send. Raises APIError naming the field."""
+    assert req.messages is not None
+    try:
+        return render_chat(
+            tokenizer,
+            [m.template_dict() for m in req.messages],
+            add_generation_prompt=req.add_generation_prompt,
+            continue_final_message=req.continue_final_message,
+            tools=[t.model_dump(exclude_none=True) for t in req.tools or ()],
+            chat_template_kwargs=req.chat_template_kwargs,
+            chat_template=request_chat_template(
+                req.chat_template, tokenizer, trust_request_chat_template
+            ),
+        )
+    except ChatTemplateError as e:
+        raise APIError(str(e), param=e.field) from None
 
 
 class DetokenizeRequest(StrictModel):
@@ -44,9 +68,15 @@ class DetokenizeRequest(StrictModel):
 
 class OpenAIServingTokenization:
     def __init__(
-        self, tokenizer: Any, model_names: Sequence[str], max_model_len: int, vocab_size: int
+        self,
+        tokenizer: Any,
+        model_names: Sequence[str],
+        max_model_len: int,
+        vocab_size: int,
+        trust_request_chat_template: bool = False,
     ):
         self.tokenizer = tokenizer
+        self.trust_request_chat_template = trust_request_chat_template
         self.model_names = model_names  # the served names; a request's `model` is one of them
         self.max_model_len = max_model_len
         self.vocab_size = vocab_size
@@ -61,17 +91,7 @@ class OpenAIServingTokenization:
         if (req.prompt is None) == (req.messages is None):
             raise APIError("give exactly one of `prompt` and `messages`", param="prompt")
         if req.messages is not None:
-            try:
-                text = render_chat(
-                    self.tokenizer,
-                    [m.template_dict() for m in req.messages],
-                    add_generation_prompt=req.add_generation_prompt,
-                    continue_final_message=req.continue_final_message,
-                    tools=[t.model_dump(exclude_none=True) for t in req.tools or ()],
-                    chat_template_kwargs=req.chat_template_kwargs,
-                )
-            except ChatTemplateError as e:
-                raise APIError(str(e), param=e.field) from None
+            text = render_messages(self.tokenizer, req, self.trust_request_chat_template)
             special = bool(req.add_special_tokens)
         else:
             text, special = req.prompt or "", req.add_special_tokens is not False
