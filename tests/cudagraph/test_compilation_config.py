@@ -117,6 +117,9 @@ def test_mode_with_graphs_needs_a_capture_size():
     )
     with pytest.raises(ValueError, match="needs at least one of piecewise_capture_sizes"):
         resolve(pw, CPU, max_num_batched_tokens=16)
+    empty = CompilationConfig(cudagraph_mode=CUDAGraphMode.FULL, cudagraph_capture_sizes=())
+    with pytest.raises(ValueError, match="cudagraph_capture_sizes, which is empty"):
+        resolve(empty, CPU)
 
 
 def test_piecewise_sizes_default_to_the_capture_list_and_resolve_alike(caplog):

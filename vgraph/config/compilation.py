@@ -151,6 +151,12 @@ class CompilationConfig:
             ("piecewise_capture_sizes", mode.needs_piecewise()),
         ):
             if needed and not getattr(resolved, field):
+                given = getattr(self, field)
+                if given is not None and len(given) == 0:
+                    raise ValueError(
+                        f"cudagraph_mode={mode.name} needs at least one of {field}, which is "
+                        f"empty; give sizes, or cudagraph_mode NONE for no graphs"
+                    )
                 raise ValueError(
                     f"cudagraph_mode={mode.name} needs at least one of {field}, but none is "
                     f"left under max_num_batched_tokens={max_num_batched_tokens}"
