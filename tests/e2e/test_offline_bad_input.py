@@ -158,6 +158,29 @@ def test_sampling_params_list_of_the_wrong_length(llm: LLM, good_outputs: list[l
     assert_nothing_queued_and_still_serving(llm, good_outputs)
 
 
+@pytest.mark.parametrize(
+    ("prompts", "params", "parts"),
+    [
+        (None, None, ["prompts must be text", "got NoneType"]),
+        (7, None, ["prompts must be text", "got int"]),
+        (GOOD_PROMPTS, {"max_tokens": 3}, ["sampling_params must be a SamplingParams", "dict"]),
+        (GOOD_PROMPTS, "greedy", ["sampling_params must be a SamplingParams", "got str"]),
+    ],
+)
+def test_prompts_and_params_of_the_wrong_type(
+    llm: LLM, good_outputs: list[list[int]], prompts: object, params: object, parts: list[str]
+) -> None:
+    with pytest.raises(ValueError) as err:
+        llm.generate(prompts, params, use_tqdm=False)
+    assert_message(err, *parts)
+    assert_nothing_queued_and_still_serving(llm, good_outputs)
+
+
+def test_prompts_may_be_any_iterable(llm: LLM, good_outputs: list[list[int]]) -> None:
+    outs = llm.generate((p for p in GOOD_PROMPTS), iter([GOOD_PARAMS] * 2), use_tqdm=False)
+    assert [list(o.outputs[0].token_ids) for o in outs] == good_outputs
+
+
 def test_text_prompt_without_a_tokenizer(tiny_checkpoint) -> None:
     llm = LLM(str(tiny_checkpoint("llama")), multiprocess=False, cpu_kv_cache_bytes=SMALL_KV_BYTES)
     with pytest.raises(ValueError) as err:

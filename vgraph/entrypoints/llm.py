@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tqdm import tqdm
@@ -69,11 +69,23 @@ class LLM:
             isinstance(prompts, list) and prompts and isinstance(prompts[0], int)
         ):
             prompts = [prompts]
+        if not isinstance(prompts, Iterable):
+            raise ValueError(
+                f"prompts must be text, token ids, a {{'prompt': ...}} / {{'prompt_token_ids': "
+                f"...}} dict, or a list of them; got {type(prompts).__name__}"
+            )
         prompts = list(prompts)
         if sampling_params is None:
             sampling_params = self.get_default_sampling_params()
         if isinstance(sampling_params, SamplingParams):
             params = [sampling_params] * len(prompts)
+        elif not isinstance(sampling_params, Iterable) or isinstance(
+            sampling_params, (str, Mapping)
+        ):
+            raise ValueError(
+                f"sampling_params must be a SamplingParams or a list of them, one per prompt; got "
+                f"{type(sampling_params).__name__} (a dict of fields: SamplingParams(**fields))"
+            )
         else:
             params = list(sampling_params)
             if len(params) != len(prompts):
