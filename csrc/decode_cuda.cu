@@ -203,7 +203,10 @@ Kernel pick_kernel(Epilogue e, int64_t m, int64_t n, int64_t k, int64_t head_siz
       env_int(name.c_str(), t ? static_cast<int>(t->wide_from) : 0, 0, kMaxGemvTokens);
   if (wide_from > 0 && m >= wide_from) return Kernel::kWide;
   if (t == nullptr) return Kernel::kCudaCore;
-  return m >= t->mma_from ? Kernel::kMma : Kernel::kCudaCore;
+  // VGRAPH_GEMV_MMA_FROM_<OP>=n replaces the table's mma_from likewise (comparisons).
+  const int mma_from = env_int(op_switch("VGRAPH_GEMV_MMA_FROM_", e).c_str(),
+                               static_cast<int>(t->mma_from), 1, kMaxGemvTokens + 1);
+  return m >= mma_from ? Kernel::kMma : Kernel::kCudaCore;
 }
 
 // The chosen fused kernel on a's shape (the wide kernel falls back to the tensor-core one where it
