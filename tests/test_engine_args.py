@@ -30,7 +30,7 @@ from vgraph.entrypoints.cli_args import (
 
 def parse(*argv: str) -> EngineArgs:
     args = ["serve", *argv]
-    return engine_args_from(make_parser(args).parse_args(expand_argv(args)))
+    return engine_args_from(make_parser(args).parse_args(args))
 
 
 def test_every_engine_argument_is_a_flag_with_the_same_default() -> None:
@@ -177,14 +177,14 @@ def test_yaml_config_fills_the_same_arguments(tmp_path: Path) -> None:
         "compilation-config: {cudagraph_mode: PIECEWISE}\nport: 9001\n"
     )
     args = ["serve", "--config", str(cfg), "--max-num-seqs", "16"]
-    ns = make_parser(args).parse_args(expand_argv(args))
+    ns = make_parser(args).parse_args(args)
     ea = engine_args_from(ns)
     assert (ea.model, ea.max_num_seqs, ea.enforce_eager) == ("org/name", 16, True)  # CLI wins
     assert ea.served_model_name == ["a", "b"] and ns.port == 9001
     assert ea.compilation_config == {"cudagraph_mode": "PIECEWISE"}
     cfg.write_text("- not a mapping\n")
     with pytest.raises(ValueError, match="must hold a mapping"):
-        expand_argv(["serve", "--config", str(cfg)])
+        expand_argv(["--config", str(cfg)])
 
 
 def test_yaml_config_keeps_the_positional_model_and_every_false(tmp_path: Path) -> None:
@@ -199,7 +199,7 @@ def test_yaml_config_keeps_the_positional_model_and_every_false(tmp_path: Path) 
         ["serve", "/models/m", "--config", str(cfg)],
         ["serve", "--config", str(cfg), "/models/m"],
     ):
-        ns = make_parser(args).parse_args(expand_argv(args))
+        ns = make_parser(args).parse_args(args)
         ea = engine_args_from(ns)
         assert ea.model == "/models/m" and frontend_args_from(ns).api_key == ["k1"]
         assert ea.async_scheduling is False and ea.enable_prefix_caching is False

@@ -5,8 +5,11 @@ Bench subcommands are modules listed in BENCH_SUBCOMMANDS; each provides
 docstring's first line is its help.
 Add one by adding a line there. They are imported only for `vgraph bench ...`, so `vgraph serve`
 starts without them. `vgraph serve`'s flags are derived from FrontendArgs and EngineArgs
-(cli_args.py). Arguments are checked (and --compilation-config parsed) before any model is
-loaded; a bad value exits with status 2 and a message naming it.
+(cli_args.py); every command that takes engine arguments (serve, bench latency and throughput)
+reads vLLM's spellings through FlexibleArgumentParser: --config YAML, dotted -cc./-O. keys.
+Arguments are checked (and --compilation-config parsed) before any model is loaded; a bad value
+exits with status 2 and a message naming it, as does a ValueError (a user's mistake, STYLE.md)
+raised by a benchmark.
 """
 
 from __future__ import annotations
@@ -24,9 +27,9 @@ if TYPE_CHECKING:
 
 import vgraph
 from vgraph.entrypoints.cli_args import (
+    FlexibleArgumentParser,
     add_serve_args,
     engine_args_from,
-    expand_argv,
     frontend_args_from,
     non_default_args,
 )
@@ -47,7 +50,9 @@ def make_parser(argv: list[str]) -> argparse.ArgumentParser:
         prog="vgraph", description="vgraph: an LLM inference engine built around CUDA graph modes"
     )
     parser.add_argument("--version", action="version", version=f"vgraph {vgraph.__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{serve,bench}")
+    sub = parser.add_subparsers(
+        dest="command", metavar="{serve,bench}", parser_class=FlexibleArgumentParser
+    )
     serve = sub.add_parser(
         "serve",
         help="start the OpenAI-compatible HTTP server",
@@ -98,7 +103,9 @@ def serve(args: argparse.Namespace) -> int:
         engine_args.compilation()  # a bad -cc fails before the port or the model is touched
         changed = non_default_args(frontend, engine_args)
         logger.info("vgraph %s; non-default args: %s", vgraph.__version__, changed)
-        from vgraph.entrypoints.openai.startup import bind_socket
+        from vgraph.entrypoints.openai.startup import bind_socket, check_startup_files
+
+        check_startup_files(frontend.chat_template, engine_args.generation_config)
 
         try:
             sock = bind_socket(frontend.host, frontend.port)
@@ -123,11 +130,6 @@ def serve(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = make_parser(argv)
-    if argv[:1] == ["serve"]:
-        try:
-            argv = expand_argv(argv)
-        except ValueError as e:
-            parser.exit(2, f"vgraph serve: error: {e}\n")
     args = parser.parse_args(argv)
     if args.command == "serve":
         rc = serve(args)
@@ -138,7 +140,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.flush()
         os._exit(rc)
     if args.command == "bench" and getattr(args, "bench_main", None) is not None:
-        rc = args.bench_main(args)
+        try:
+            rc = args.bench_main(args)
+        except ValueError as e:  # a bad engine argument or model, as `vgraph serve` reports it
+            print(f"vgraph bench {args.bench_command}: error: {e}", file=sys.stderr)
+            return 2
         return rc if isinstance(rc, int) else 0  # a bench main may return its report
     parser.print_help()
     return 1

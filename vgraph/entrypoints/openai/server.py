@@ -321,9 +321,8 @@ def run_server(
             app.state.drain,
         )
         scheme = "https" if args.ssl_certfile else "http"
-        logger.info(
-            "serving %s on %s://%s:%d", config.model_config.name, scheme, args.host, args.port
-        )
+        port = sock.getsockname()[1]  # the one bound: --port 0 picks a free port
+        logger.info("serving %s on %s://%s:%d", config.model_config.name, scheme, args.host, port)
         asyncio.run(_serve(server, engine, args.engine_death_grace, sock))
         return 0 if server.started and not engine.is_dead else 1
     finally:

@@ -1,19 +1,36 @@
-"""What `vgraph serve` does before it serves: bind the port (before the model loads, so a busy
-port fails fast) and log the resolved configuration once the engine core
-is up. Nothing here handles a request.
+"""What `vgraph serve` does before it serves: check the files its flags name and bind the port
+(both before the model loads, so a mistake fails in a second, not after minutes of loading) and
+log the resolved configuration once the engine core is up. Nothing here handles a request.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+from vgraph.entrypoints.chat_utils import load_chat_template
+from vgraph.entrypoints.generation_config import GENERATION_CONFIG_MODES
 
 if TYPE_CHECKING:
     from vgraph.config import VGraphConfig
     from vgraph.engine.async_llm import AsyncLLM
 
 logger = logging.getLogger("vgraph.entrypoints.openai.server")
+
+
+def check_startup_files(chat_template: str | None, generation_config: str) -> None:
+    """--chat-template must be a file or a template, and a --generation-config other than auto or
+    vllm a folder: checked before the engine core loads the model (as vLLM does), read again by
+    build_app. ValueError names the flag's value."""
+    if chat_template is not None:
+        load_chat_template(chat_template)
+    if generation_config not in GENERATION_CONFIG_MODES and not Path(generation_config).is_dir():
+        raise ValueError(
+            f"generation_config={generation_config!r} is not allowed: no such folder; use auto, "
+            "vllm or a folder holding generation_config.json"
+        )
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
