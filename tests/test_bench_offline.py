@@ -51,3 +51,28 @@ def test_bench_throughput(model, tmp_path, capsys) -> None:
     assert "requests/s" in captured.out
     # LLM.generate's progress bar shows token rates, as vLLM's
     assert re.search(r"est\. speed input: [\d.]+ toks/s, output: [\d.]+ toks/s", captured.err)
+
+
+@pytest.mark.parametrize("bench", ["latency", "throughput"])
+def test_lengths_past_max_model_len_are_refused_before_loading(bench, tmp_path) -> None:
+    """250 + 20 tokens cannot fit 256: the engine would stop each request at 6 tokens."""
+    absent = str(tmp_path / "no-model")  # loading it would fail otherwise, with another error
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", bench, "--model", absent, "--input-len", "250", "--output-len", "20",
+              "--max-model-len", "256"])  # fmt: skip
+    message = str(exit_info.value.code)
+    assert message.startswith(f"bench {bench}:")
+    assert "--input-len 250 + --output-len 20 = 270" in message
+    assert "--max-model-len 256" in message
+
+
+def test_lengths_past_the_models_own_limit_are_refused_before_generating(
+    tiny_checkpoint, monkeypatch, capsys
+) -> None:
+    """Without --max-model-len the limit is the model's (its max_position_embeddings, 64)."""
+    monkeypatch.setenv("VGRAPH_ENABLE_MULTIPROCESSING", "0")
+    model = str(tiny_checkpoint("llama", max_position_embeddings=64))
+    with pytest.raises(SystemExit, match="more than the model's max_model_len 64"):
+        main(["bench", "throughput", "--model", model, "--input-len", "60", "--output-len", "10",
+              "--num-prompts", "2"])  # fmt: skip
+    assert "Throughput:" not in capsys.readouterr().out  # nothing was generated

@@ -57,3 +57,30 @@ def test_a_failing_mode_is_recorded_and_the_others_still_run(tiny_checkpoint, tm
         main(args)
     bogus, none = json.loads(out.read_text())["results"]
     assert "cudagraph_mode" in bogus["error"] and none["decode_ms"]["1"] > 0
+
+
+@pytest.mark.parametrize(
+    ("sizes", "match"),
+    [
+        ("--mixed '' --context-len 300", "--context-len 300 needs --max-model-len >= 301"),
+        ("--mixed 2+400 --context-len 8", "--mixed 2\\+400: a prefill chunk of 400 tokens needs "
+         "--max-model-len >= 401; got 256"),
+    ],
+)  # fmt: skip
+def test_sizes_past_max_model_len_are_refused_before_any_engine(sizes, match, tmp_path):
+    absent = tmp_path / "no-model"  # an engine would fail on it, with another error
+    argv = f"--model {absent} --modes NONE --batch-sizes 1 {sizes} --max-model-len 256"
+    args = add_cli_args(argparse.ArgumentParser()).parse_args(shlex.split(argv))
+    with pytest.raises(SystemExit, match=f"^bench step: {match}"):
+        main(args)
+
+
+def test_mixed_step_with_more_decodes_than_the_largest_batch(tiny_checkpoint):
+    """9 decodes + 1 prefill are 10 requests in one step: more than max(--batch-sizes)."""
+    argv = (
+        f"--model {tiny_checkpoint('llama')} --load-format auto --modes NONE --batch-sizes 1 "
+        "--context-len 4 --mixed 9+3 --max-model-len 64 --num-iters 1 --num-warmup 0"
+    )
+    report = main(add_cli_args(argparse.ArgumentParser()).parse_args(argv.split()))
+    (none,) = report["results"]
+    assert none["mixed_ms"] > 0 and none["runtime_modes"]["mixed"] == "NONE"

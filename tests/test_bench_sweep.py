@@ -1,6 +1,7 @@
 """`vgraph bench sweep` on the CPU (graph recorder, tiny model): every candidate measured, the
 recommendation swept too, JSON fields and valid PNGs; capture lists the sweep may try start and
-give NONE's tokens, and lists that can't work are refused by field."""
+give NONE's tokens, and lists that can't work are refused by field; a workload that can't be
+read is refused naming its flag."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import pytest
 import torch
 from PIL import Image
 
+from tests.e2e.serve_utils import free_port
 from vgraph import LLM, SamplingParams
 from vgraph.bench.capture_plan import MemoryModel, StepCosts
 from vgraph.bench.sweep import add_cli_args, main
+from vgraph.bench.workload import load_histogram
 from vgraph.config import AttentionCGSupport, CompilationConfig
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -218,3 +221,18 @@ def test_lists_that_cannot_work_are_refused_by_field():
     assert resolve(
         cudagraph_mode="FULL_DECODE_ONLY", cudagraph_capture_sizes=[3, 8]
     ).cudagraph_capture_sizes == (3, 8)
+
+
+def test_a_workload_that_cannot_be_read_is_refused_naming_its_flag(tmp_path):
+    absent = tmp_path / "absent.json"
+    url = f"http://127.0.0.1:{free_port()}/metrics"  # nothing listens there
+    for flag, source, match in (
+        ("--workload-file", absent, f"--workload-file {absent}: cannot read it: .*No such file"),
+        ("--workload-file", tmp_path, f"--workload-file {tmp_path}: cannot read it"),
+        ("--workload-url", url, f"--workload-url {url}: ConnectError"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            load_histogram(str(source))
+        args = add_cli_args(argparse.ArgumentParser()).parse_args([flag, str(source)])
+        with pytest.raises(SystemExit, match=f"^bench sweep: {match}"):
+            main(args)

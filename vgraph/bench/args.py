@@ -1,5 +1,6 @@
-"""argparse types of the benchmarks' counts: a bad value is argparse's usage error (exit 2)
-naming the flag, before any model loads, not a traceback from deep inside a run."""
+"""argparse types of the benchmarks' counts and lists: a bad value is argparse's usage error
+(exit 2) naming the flag, before any model loads or request is sent, not a traceback from deep
+inside a run."""
 
 from __future__ import annotations
 
@@ -35,3 +36,14 @@ def positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{value} is not allowed; use a number > 0")
     return value
+
+
+def percentile_list(text: str) -> list[float]:
+    """Comma-separated percentiles, each in 0..100 (`bench serve --metric-percentiles`)."""
+    try:
+        values = [float(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give numbers such as 50,90,99") from None
+    if any(not 0 <= p <= 100 for p in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: each percentile must be in 0..100")
+    return values

@@ -5,7 +5,8 @@ of --batch-size prompts of --input-len random token ids, --output-len tokens eac
 temperature 1.0, n samples), --num-iters-warmup times untimed, then --num-iters times timed.
 Prints the average and the 10/25/50/75/90/99th percentiles (numpy's, linear interpolation) of
 the batch latency in seconds; --output-json writes them. The per-step, per-mode table of the
-engine's graph modes is `vgraph bench step`.
+engine's graph modes is `vgraph bench step`. Both offline benchmarks refuse --input-len +
+--output-len above max_model_len (the engine would cut every request short).
 """
 
 from __future__ import annotations
@@ -46,12 +47,35 @@ def add_cli_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return p
 
 
-def make_llm(args: argparse.Namespace) -> Any:
+def check_lengths(args: argparse.Namespace, max_model_len: int, limit: str, what: str) -> None:
+    """Refuse a workload the engine would cut short: a request stops at max_model_len tokens,
+    so --input-len + --output-len above it would under-generate (vLLM refuses it too)."""
+    total = args.input_len + args.output_len
+    if total > max_model_len:
+        raise SystemExit(
+            f"bench {what}: --input-len {args.input_len} + --output-len {args.output_len} = "
+            f"{total} tokens per request is more than {limit} {max_model_len}; shorten them"
+            + (" or raise --max-model-len" if limit == "--max-model-len" else "")
+        )
+
+
+def make_llm(args: argparse.Namespace, what: str) -> Any:
+    """The LLM of the engine flags, once the lengths fit: checked against --max-model-len
+    before anything loads, else against the model's own limit once the config resolves it."""
     from vgraph.entrypoints.llm import LLM
 
+    if args.max_model_len is not None:
+        check_lengths(args, args.max_model_len, "--max-model-len", what)
     ea = engine_args_from(args)
     kwargs = {k: v for k, v in vars(ea).items() if k != "model"}
-    return LLM(ea.model, **kwargs)
+    llm = LLM(ea.model, **kwargs)
+    try:
+        limit = llm.config.model_config.max_model_len
+        check_lengths(args, limit, "the model's max_model_len", what)
+    except SystemExit:
+        llm.shutdown()
+        raise
+    return llm
 
 
 def random_prompts(num: int, input_len: int, vocab_size: int, seed: int = 0) -> list[list[int]]:
@@ -66,7 +90,7 @@ def sampling_params(args: argparse.Namespace) -> SamplingParams:
 
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
-    llm = make_llm(args)
+    llm = make_llm(args, "latency")
     try:
         vocab = llm.config.model_config.vocab_size
         prompts = random_prompts(args.batch_size, args.input_len, vocab, args.seed)

@@ -1,14 +1,15 @@
 """`vgraph bench serve`: drive a running server with random prompts; print vLLM's serving table.
 
 vLLM's flag names: N prompts of --random-input-len random token ids each (--dataset-name
-random) go to /v1/completions as streaming requests (max_tokens --random-output-len, ignore_eos
-by default, greedy), either at --request-rate requests per
-second (Poisson arrivals; inf = all at once) and/or capped at --max-concurrency in flight. Per
-request it times the first token (TTFT), the gaps between streamed tokens (ITL), the time per
-output token after the first (TPOT) and the whole request (E2E); token counts come from the
-stream's usage. Mean, median, std and the --metric-percentiles (numpy's percentile, linear
-interpolation, as vLLM) of each; prints the table and writes the numbers as JSON with
---save-result or --result-filename (in --result-dir).
+random) go to /v1/completions, or as text (the server's /detokenize of the ids) in one user
+message to /v1/chat/completions, as streaming requests (--random-output-len tokens, ignore_eos
+by default, greedy), either at --request-rate requests per second (Poisson arrivals; inf = all
+at once) and/or capped at --max-concurrency in flight. Per request it times the first token
+(TTFT), the gaps between streamed tokens (ITL), the time per output token after the first (TPOT)
+and the whole request (E2E); token counts come from the stream's usage. Mean, median, std and
+the --metric-percentiles (numpy's percentile, linear interpolation, as vLLM) of each; prints the
+table, the errors of failed requests, and writes the numbers as JSON with --save-result or
+--result-filename (in --result-dir, made if missing).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import random
 import sys
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -28,14 +30,29 @@ import httpx
 import msgspec
 import numpy as np
 
-from vgraph.bench.args import nonneg_int, positive_float, positive_int
+from vgraph.bench.args import nonneg_int, percentile_list, positive_float, positive_int
+
+COMPLETIONS = "/v1/completions"
+CHAT = "/v1/chat/completions"
+METRICS = {  # name -> the title of its section in the table
+    "ttft": "Time to First Token",
+    "tpot": "Time per Output Token (excl. 1st token)",
+    "itl": "Inter-token Latency",
+    "e2el": "End-to-end Latency",
+}
 
 
 def add_cli_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--base-url", default=None, help="server to drive (default: --host, --port)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--endpoint", default="/v1/completions")
+    p.add_argument(
+        "--endpoint",
+        default=COMPLETIONS,
+        choices=[COMPLETIONS, CHAT],
+        help="completions: the token ids as the prompt; chat: the prompt's text (the server's "
+        "/detokenize of the ids) as one user message, as vLLM's --backend openai-chat",
+    )
     p.add_argument("--model", default=None, help="model name (default: the server's first)")
     p.add_argument("--api-key", default=os.environ.get("VGRAPH_API_KEY"))
     p.add_argument("--num-prompts", type=positive_int, default=100)
@@ -80,16 +97,21 @@ def add_cli_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=nonneg_int, default=0)
     p.add_argument(
         "--percentile-metrics",
+        type=metric_list,
         default="ttft,tpot,itl",
-        help="comma-separated metrics to report percentiles of: ttft, tpot, itl, e2el",
+        help=f"comma-separated metrics to report percentiles of: {', '.join(METRICS)}",
     )
     p.add_argument(
         "--metric-percentiles",
+        type=percentile_list,
         default="99",
-        help="comma-separated percentiles to report (numpy's, linear interpolation)",
+        help="comma-separated percentiles to report, each in 0..100 (numpy's, linear "
+        "interpolation)",
     )
     p.add_argument("--save-result", action="store_true", help="write the results as JSON")
-    p.add_argument("--result-dir", default=".", help="folder of the JSON (default: .)")
+    p.add_argument(
+        "--result-dir", default=".", help="folder of the JSON, created if missing (default: .)"
+    )
     p.add_argument(
         "--result-filename",
         "--result-file",
@@ -98,6 +120,17 @@ def add_cli_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="JSON file name (implies --save-result; default: vgraph-bench-serve.json)",
     )
     return p
+
+
+def metric_list(text: str) -> list[str]:
+    """--percentile-metrics: comma-separated names of METRICS (an argparse type)."""
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in names if m not in METRICS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(unknown)} unknown; choose from {', '.join(METRICS)}"
+        )
+    return names
 
 
 @dataclass
@@ -119,7 +152,8 @@ async def send_request(
     try:
         async with client.stream("POST", url, json=body) as resp:
             if resp.status_code != 200:
-                res.error = f"HTTP {resp.status_code}: {(await resp.aread())[:200]!r}"
+                await resp.aread()
+                res.error = f"HTTP {resp.status_code}: {error_message(resp)}"
                 return res
             # SSE events split from the raw bytes (an event may span reads) and decoded by
             # msgspec: less client work per event than httpx's text line iterator and
@@ -136,19 +170,84 @@ async def send_request(
                     if "error" in chunk:
                         res.error = chunk["error"].get("message", "error")
                         return res
-                    if chunk.get("choices"):
+                    choices = chunk.get("choices")
+                    # a chat stream opens with a chunk of the role alone: no token yet
+                    if choices and "role" not in choices[0].get("delta", {}):
                         if res.ttft == 0.0:
                             res.ttft = now - start
                         else:
                             res.itl.append(now - last)
                         last = now
-                    if chunk.get("usage"):
-                        res.output_tokens = chunk["usage"]["completion_tokens"]
+                    if usage := chunk.get("usage"):
+                        res.output_tokens = usage["completion_tokens"]
+                        # a chat prompt's tokens are its text's and the template's
+                        res.prompt_len = usage.get("prompt_tokens", res.prompt_len)
         res.e2e = time.perf_counter() - start
         res.success = True
     except (httpx.HTTPError, ValueError) as e:
         res.error = f"{type(e).__name__}: {e}"
     return res
+
+
+async def served_model(client: httpx.AsyncClient, args: argparse.Namespace) -> str:
+    """--model, else the server's first model. /v1/models is asked even when --model names it:
+    the client's first request pays its own set-up (about 30 ms), which must not land in the
+    first prompt's TTFT, and a server that refuses it (a wrong API key) would refuse every
+    request. ValueError, with the server's message, when it does not answer 200."""
+    resp = await client.get("/v1/models")
+    if resp.status_code != 200:
+        hint = ""
+        if resp.status_code in (401, 403):
+            hint = " (give the server's API key with --api-key or VGRAPH_API_KEY)"
+        raise ValueError(
+            f"GET {resp.url} answered HTTP {resp.status_code}: {error_message(resp)}{hint}"
+        )
+    if args.model:
+        return args.model
+    data = resp.json().get("data") or []
+    if not data:
+        raise ValueError(f"GET {resp.url} lists no models; name one with --model")
+    return data[0]["id"]
+
+
+def error_message(resp: httpx.Response) -> str:
+    """The message of an OpenAI-style error body, else the body's first 200 characters."""
+    try:
+        error = resp.json()["error"]
+        return error["message"] if isinstance(error, dict) else str(error)
+    except (ValueError, KeyError, TypeError):
+        return resp.text[:200] or "(empty body)"
+
+
+async def prompt_texts(client: httpx.AsyncClient, model: str, prompts: list[list[int]]) -> list:
+    """The chat endpoint takes text: each prompt's ids decoded by the server's /detokenize (vLLM
+    decodes them with its own copy of the tokenizer), before the clock starts."""
+    texts = []
+    for ids in prompts:
+        resp = await client.post("/detokenize", json={"model": model, "tokens": ids})
+        if resp.status_code != 200:
+            raise ValueError(
+                f"POST {resp.url} (the chat prompts' text) answered HTTP {resp.status_code}: "
+                f"{error_message(resp)}"
+            )
+        texts.append(resp.json()["prompt"])
+    return texts
+
+
+def request_body(args: argparse.Namespace, model: str, prompt: list[int] | str) -> dict[str, Any]:
+    """A streamed, greedy request of --output-len tokens in the endpoint's shape."""
+    body: dict[str, Any] = {"model": model}
+    if args.endpoint == CHAT:
+        body |= {"messages": [{"role": "user", "content": prompt}]}
+        body |= {"max_completion_tokens": args.output_len}
+    else:
+        body |= {"prompt": prompt, "max_tokens": args.output_len}
+    return body | {
+        "temperature": 0.0,
+        "ignore_eos": args.ignore_eos,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
 
 
 async def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
@@ -159,29 +258,22 @@ async def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     async with httpx.AsyncClient(
         base_url=base_url, headers=headers, timeout=None, limits=limits
     ) as client:
-        # asked even when --model names it: the client's first request pays its own set-up
-        # (about 30 ms), which must not land in the first prompt's TTFT
-        models = await client.get("/v1/models")
-        model = args.model or models.json()["data"][0]["id"]
+        model = await served_model(client, args)
+        ids = [
+            [rng.randrange(args.vocab_size) for _ in range(args.input_len)]
+            for _ in range(args.num_prompts)
+        ]
+        prompts = await prompt_texts(client, model, ids) if args.endpoint == CHAT else ids
         gate = asyncio.Semaphore(args.max_concurrency or args.num_prompts or 1)
 
-        async def one(prompt: list[int]) -> RequestResult:
-            body = {
-                "model": model,
-                "prompt": prompt,
-                "max_tokens": args.output_len,
-                "temperature": 0.0,
-                "ignore_eos": args.ignore_eos,
-                "stream": True,
-                "stream_options": {"include_usage": True},
-            }
+        async def one(prompt: list[int] | str) -> RequestResult:
             async with gate:
-                return await send_request(client, args.endpoint, body, len(prompt))
+                body = request_body(args, model, prompt)
+                return await send_request(client, args.endpoint, body, args.input_len)
 
         tasks = []
         start = time.perf_counter()
-        for _ in range(args.num_prompts):
-            prompt = [rng.randrange(args.vocab_size) for _ in range(args.input_len)]
+        for prompt in prompts:
             tasks.append(asyncio.create_task(one(prompt)))
             if args.request_rate != float("inf"):
                 await asyncio.sleep(rng.expovariate(args.request_rate))
@@ -226,26 +318,15 @@ def summarize(
         "itl": [x for r in ok for x in r.itl],
         "e2el": [r.e2e for r in ok],
     }
-    percentiles = parse_percentiles(args.metric_percentiles)
     for name, values in series.items():
         ms = np.array([v * 1000 for v in values] or [0.0])
         report[f"mean_{name}_ms"] = float(np.mean(ms))
         report[f"median_{name}_ms"] = float(np.median(ms))
         report[f"std_{name}_ms"] = float(np.std(ms))
-        for p in percentiles:
+        for p in args.metric_percentiles:
             report[f"p{p:g}_{name}_ms"] = float(np.percentile(ms, p))
     report["requests"] = [asdict(r) | {"itl": None} for r in results]
     return report
-
-
-def parse_percentiles(text: str) -> list[float]:
-    try:
-        values = [float(p) for p in text.split(",") if p.strip()]
-    except ValueError:
-        raise SystemExit(f"--metric-percentiles={text!r}: give numbers such as 50,90,99") from None
-    if any(not 0 <= p <= 100 for p in values):
-        raise SystemExit(f"--metric-percentiles={text!r}: each must be in 0..100")
-    return values
 
 
 def print_table(r: dict[str, Any], metrics: list[str], percentiles: list[float]) -> None:
@@ -262,12 +343,7 @@ def print_table(r: dict[str, Any], metrics: list[str], percentiles: list[float])
     ]
     for label, value in rows:
         print(f"{label:<40}{value:<10.2f}" if isinstance(value, float) else f"{label:<40}{value}")
-    for name, title in (
-        ("ttft", "Time to First Token"),
-        ("tpot", "Time per Output Token (excl. 1st token)"),
-        ("itl", "Inter-token Latency"),
-        ("e2el", "End-to-end Latency"),
-    ):
+    for name, title in METRICS.items():
         if name not in metrics:
             continue
         print("{s:{c}^50}".format(s=title, c="-"))
@@ -280,17 +356,42 @@ def print_table(r: dict[str, Any], metrics: list[str], percentiles: list[float])
     print("=" * 50)
 
 
+def print_errors(results: list[dict[str, Any]], shown: int = 5) -> None:
+    """Why requests failed: each distinct error with its count, the most frequent first."""
+    counts = Counter(q["error"] for q in results if not q["success"])
+    print(f"Errors of failed requests ({len(counts)} distinct):", file=sys.stderr)
+    for error, n in counts.most_common(shown):
+        print(f"  {n} x {error}", file=sys.stderr)
+    if len(counts) > shown:
+        print(f"  ... and {len(counts) - shown} more (all in the JSON's errors)", file=sys.stderr)
+
+
 def main(args: argparse.Namespace) -> int:
+    path = None
+    if args.save_result or args.result_file:
+        # made before the run, as vLLM makes it: a folder that can't be made fails here, not
+        # after every request was sent
+        try:
+            os.makedirs(args.result_dir, exist_ok=True)
+        except OSError as e:
+            print(
+                f"vgraph bench serve: error: --result-dir {args.result_dir}: {e}", file=sys.stderr
+            )
+            return 1
+        path = os.path.join(args.result_dir, args.result_file or "vgraph-bench-serve.json")
     try:
         report = asyncio.run(run_benchmark(args))
     except httpx.TransportError as e:  # no server there (each request's own errors are counted)
         url = args.base_url or f"http://{args.host}:{args.port}"
         print(f"vgraph bench serve: error: no server answers at {url}: {e!r}", file=sys.stderr)
         return 1
-    metrics = [m.strip() for m in args.percentile_metrics.split(",") if m.strip()]
-    print_table(report, metrics, parse_percentiles(args.metric_percentiles))
-    if args.save_result or args.result_file:
-        path = os.path.join(args.result_dir, args.result_file or "vgraph-bench-serve.json")
+    except ValueError as e:  # the server refused to list its models or decode the prompts
+        print(f"vgraph bench serve: error: {e}", file=sys.stderr)
+        return 1
+    print_table(report, args.percentile_metrics, args.metric_percentiles)
+    if report["failed"]:
+        print_errors(report["requests"])
+    if path is not None:
         with open(path, "w") as f:
             json.dump(report, f, indent=2)
         print(f"results written to {path}")

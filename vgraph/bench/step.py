@@ -57,7 +57,9 @@ def add_cli_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument(
         "--context-len", type=positive_int, default=128, help="prefilled tokens per request"
     )
-    p.add_argument("--mixed", default="4+60", help="mixed step: DECODES+CHUNK, '' to skip")
+    p.add_argument(
+        "--mixed", type=mixed_spec, default="4+60", help="mixed step: DECODES+CHUNK, '' to skip"
+    )
     p.add_argument("--max-model-len", type=positive_int, default=2048)
     p.add_argument("--num-iters", type=positive_int, default=100)
     p.add_argument("--num-warmup", type=nonneg_int, default=10)
@@ -89,22 +91,55 @@ def blocks_needed(args: argparse.Namespace) -> int:
     per_req = cdiv(args.context_len + 1, BLOCK_SIZE)
     n = sum(args.batch_sizes) * per_req
     if args.mixed:
-        decodes, chunk = _parse_mixed(args.mixed)
+        decodes, chunk = parse_mixed(args.mixed)
         n += decodes * per_req + cdiv(chunk + 1, BLOCK_SIZE)
     return max(n + 8, cdiv(args.max_model_len, BLOCK_SIZE))
 
 
-def _parse_mixed(spec: str) -> tuple[int, int]:
-    decodes, chunk = (int(x) for x in spec.split("+"))
+def parse_mixed(spec: str) -> tuple[int, int]:
+    """'DECODES+CHUNK' -> (decodes, chunk): decode requests >= 0 and a prefill chunk >= 1."""
+    try:
+        decodes, chunk = (int(x) for x in spec.split("+"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{spec!r} is not DECODES+CHUNK, e.g. 4+60 ('' skips the mixed step)"
+        ) from None
+    if decodes < 0 or chunk < 1:
+        raise argparse.ArgumentTypeError(f"{spec!r}: use DECODES >= 0 and CHUNK >= 1")
     return decodes, chunk
+
+
+def mixed_spec(text: str) -> str:
+    """--mixed as argparse checks it: '' or a valid DECODES+CHUNK, kept as given."""
+    if text:
+        parse_mixed(text)
+    return text
+
+
+def check_sizes(args: argparse.Namespace) -> None:
+    """Every request the steps build must fit --max-model-len: a decode request holds
+    context_len + 1 tokens, the mixed step's prefill chunk + 1 (its next token's slot)."""
+    limit = args.max_model_len
+    if args.context_len + 1 > limit:
+        raise SystemExit(
+            f"bench step: --context-len {args.context_len} needs --max-model-len >= "
+            f"{args.context_len + 1} (a decode request holds context + 1 tokens); got {limit}"
+        )
+    chunk = parse_mixed(args.mixed)[1] if args.mixed else 0
+    if chunk + 1 > limit:
+        raise SystemExit(
+            f"bench step: --mixed {args.mixed}: a prefill chunk of {chunk} tokens needs "
+            f"--max-model-len >= {chunk + 1}; got {limit}"
+        )
 
 
 def start_mode(args: argparse.Namespace, mode: str) -> _ModeRun:
     t0 = time.perf_counter()
+    mixed_reqs = parse_mixed(args.mixed)[0] + 1 if args.mixed else 0
     config = engine_config(
         args,
         max_model_len=args.max_model_len,
-        max_num_seqs=max(max(args.batch_sizes), 8),
+        max_num_seqs=max(max(args.batch_sizes), mixed_reqs, 8),
         num_gpu_blocks_override=blocks_needed(args),
         compilation_config={"cudagraph_mode": mode},
     )
@@ -115,7 +150,7 @@ def start_mode(args: argparse.Namespace, mode: str) -> _ModeRun:
     for batch in args.batch_sizes:
         steps[f"decode_{batch}"] = b.step(b.prefilled(batch, args.context_len), [1] * batch)
     if args.mixed:
-        decodes, chunk = _parse_mixed(args.mixed)
+        decodes, chunk = parse_mixed(args.mixed)
         reqs = b.prefilled(decodes, args.context_len) + [b.request(chunk + 1)]
         steps["mixed"] = b.step(reqs, [1] * decodes + [chunk])
     return _ModeRun(mode, core, steps, result)
@@ -189,6 +224,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     repeated = sorted({m for m in args.modes if args.modes.count(m) > 1})
     if repeated:
         raise SystemExit(f"bench step: --modes lists {', '.join(repeated)} more than once")
+    check_sizes(args)
     runs: list[_ModeRun] = []
     failed: list[dict[str, Any]] = []
     for mode in args.modes:

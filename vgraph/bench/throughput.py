@@ -25,7 +25,7 @@ def add_cli_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
-    llm = make_llm(args)
+    llm = make_llm(args, "throughput")
     try:
         vocab = llm.config.model_config.vocab_size
         prompts = random_prompts(args.num_prompts, args.input_len, vocab, args.seed)

@@ -59,25 +59,33 @@ def parse_metrics(text: str, metric: str = METRIC) -> dict[int, float]:
 
 
 def load_histogram(source: str) -> dict[int, float]:
-    """A histogram from an http(s) /metrics URL, a saved metrics text file or a JSON file."""
+    """A histogram from an http(s) /metrics URL (--workload-url), a saved metrics text file or
+    a JSON file (--workload-file). ValueError naming the flag when it can't be read."""
     if source.startswith(("http://", "https://")):
         import httpx
 
-        resp = httpx.get(source, timeout=10)
-        resp.raise_for_status()
-        return _checked(parse_metrics(resp.text), source)
-    text = Path(source).read_text()
-    if text.lstrip().startswith("{"):
-        raw = json.loads(text)
         try:
+            resp = httpx.get(source, timeout=10)
+        except (httpx.HTTPError, httpx.InvalidURL) as e:  # nothing listening, a timeout
+            raise ValueError(f"--workload-url {source}: {type(e).__name__}: {e}") from None
+        if resp.status_code != 200:
+            raise ValueError(f"--workload-url {source}: answered HTTP {resp.status_code}")
+        return _checked(parse_metrics(resp.text), source)
+    try:
+        text = Path(source).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"--workload-file {source}: cannot read it: {e}") from None
+    if text.lstrip().startswith("{"):
+        try:
+            raw = json.loads(text)
             histogram = {int(b): float(n) for b, n in raw.items() if float(n) > 0}
-        except (TypeError, ValueError):
+        except (AttributeError, TypeError, ValueError):
             raise ValueError(
-                f"workload file {source}: expected an object of batch size -> steps, "
+                f"--workload-file {source}: expected a JSON object of batch size -> steps, "
                 f'e.g. {{"6": 120, "24": 80}}'
             ) from None
         if any(b < 1 for b in histogram):
-            raise ValueError(f"workload file {source}: batch sizes must be >= 1")
+            raise ValueError(f"--workload-file {source}: batch sizes must be >= 1")
         return _checked(histogram, source)
     return _checked(parse_metrics(text), source)
 
