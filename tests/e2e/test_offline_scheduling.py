@@ -1,6 +1,6 @@
-"""Scheduling never changes greedy tokens: batching, chunked prefill and preemption by recompute,
-with synchronous and with async scheduling (steps launched before the previous step's tokens
-are back: a preemption may then find a request's token in flight).
+"""Scheduling never changes greedy tokens (nor seeded ones): batching, chunked prefill and
+preemption by recompute, with synchronous and with async scheduling (steps launched before the
+previous step's tokens are back: a preemption may then find a request's token in flight).
 
 Every constrained run is compared with one unconstrained run of the same tiny Llama (whose
 greedy tokens test_offline_hf_parity ties to transformers). The engine core runs in-process so the
@@ -123,6 +123,21 @@ def test_chunked_prefill_matches_unconstrained(
         if any(c >= p for _, c, _, p in step) and any(c < p for _, c, _, p in step)
     ]
     assert mixed, "no step mixed decodes with a prefill chunk"
+
+
+def test_chunked_prefill_keeps_seeded_tokens(
+    folder: Path, prompts: list[list[int]], monkeypatch: pytest.MonkeyPatch, overlap: bool
+) -> None:
+    """A seeded request draws from its generator only for the tokens it keeps: the row of a
+    partial prefill chunk, computed and dropped, does not advance it (vLLM rewinds it)."""
+    seeded = SamplingParams(temperature=1.0, seed=7, max_tokens=8, ignore_eos=True)
+    whole = make_llm(folder, async_scheduling=overlap)
+    want = token_ids(whole, prompts, seeded)
+    whole.shutdown()
+    llm = make_llm(folder, max_num_batched_tokens=16, async_scheduling=overlap)
+    log = StepLog(scheduler_of(llm), monkeypatch)
+    assert token_ids(llm, prompts, seeded) == want
+    assert any(c + n < p for step in log.steps for _, c, n, p in step), "no partial chunk"
 
 
 @pytest.mark.parametrize("caching", [False, True], ids=["no-prefix-cache", "prefix-cache"])

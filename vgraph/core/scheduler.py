@@ -64,6 +64,18 @@ class SchedulerOutput:
     def is_empty(self) -> bool:
         return not self.requests
 
+    def samples(self) -> list[bool]:
+        """Per request, before the step is committed: whether the step samples a token for it
+        (its chunk reaches its last token); a partial prefill chunk's row is computed and
+        dropped, and an aborted request's too. The sampler draws from a seeded request's
+        generator only for these rows, so its tokens do not depend on how its prompt was cut
+        into chunks (vLLM rewinds the generator instead)."""
+        return [
+            not req.status.finished
+            and req.num_computed_tokens + n == req.num_tokens + req.num_pending_tokens
+            for req, n in zip(self.requests, self.num_scheduled_tokens)
+        ]
+
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, kv_cache_manager: KVCacheManager) -> None:
@@ -262,16 +274,13 @@ class Scheduler:
         """Advance the progress of a launched step; returns, per scheduled request, whether the
         step samples a token for it (its chunk reaches its last token; a partial prefill chunk
         does not). That token is pending until complete()."""
-        samples = []
-        for req, n in zip(sched.requests, sched.num_scheduled_tokens):
+        samples = sched.samples()
+        for req, n, sampled in zip(sched.requests, sched.num_scheduled_tokens, samples):
             if req.status.finished:  # aborted while the step ran
-                samples.append(False)
                 continue
             req.num_computed_tokens += n
-            sampled = req.num_computed_tokens == req.num_tokens + req.num_pending_tokens
             if sampled:
                 req.num_pending_tokens += 1
-            samples.append(sampled)
         return samples
 
     def complete(

@@ -428,7 +428,9 @@ class ModelRunner:
         """The real requests' logits -> tokens, on the device (step_sampler.py)."""
         n = step.num_reqs
         greedy = None if logits.greedy is None else logits.greedy[:n]
-        return self.step_sampler(sched.requests, logits.logits[:n], grammar_bitmask, greedy)
+        return self.step_sampler(
+            sched.requests, logits.logits[:n], grammar_bitmask, greedy, sched.samples()
+        )
 
     # ---- graphs -----------------------------------------------------------------------------
     @torch.inference_mode()

@@ -10,7 +10,7 @@ host into one staging buffer (pinned on CUDA), then one non-blocking copy; nothi
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 import numpy as np
 import torch
@@ -39,8 +39,11 @@ def build_sampling_metadata(
     bitmask_follows: bool = False,  # a bitmask joins the processors later (may stay None)
     penalty_tokens: PenaltyTokens | None = None,  # the runner's; a new one when not given
     feed: DeviceTokenFeed | None = None,  # async scheduling: the last step's sampled ids
+    sampled: Sequence[bool] | None = None,  # per row: its token is kept (None: every row)
 ) -> SamplingMetadata:
-    """generators: request id -> its seeded generator, created here on first sight."""
+    """generators: request id -> its seeded generator, created here on first sight; drawn from
+    only for the rows whose token is kept (SchedulerOutput.samples), so a partial prefill chunk
+    does not advance it."""
     params = [r.sampling_params for r in requests]
     max_num_logprobs = max((p.logprobs for p in params if p.logprobs is not None), default=None)
     if staging is None:
@@ -70,7 +73,7 @@ def build_sampling_metadata(
         )
     row_gens: dict[int, torch.Generator] = {}
     for i, (req, p, t) in enumerate(zip(requests, params, temperatures)):
-        if p.seed is not None and t > 0.0:
+        if p.seed is not None and t > 0.0 and (sampled is None or sampled[i]):
             gen = generators.get(req.request_id)
             if gen is None:
                 gen = torch.Generator(device=device).manual_seed(p.seed)

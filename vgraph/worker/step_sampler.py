@@ -10,7 +10,7 @@ back from the device: the step's one device-to-host copy is runner_output.start_
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -43,6 +43,8 @@ class StepSampler:
         logits: torch.Tensor,  # [num_reqs, vocab_size]: the real requests' rows (Sampler)
         grammar_bitmask: BitmaskFn | None = None,
         greedy: torch.Tensor | None = None,  # [num_reqs] int64: their argmax, if the head has it
+        sampled: Sequence[bool]
+        | None = None,  # per request: its token is kept (not a partial chunk)
     ) -> SamplerOutput:
         """The sampling inputs are built first, then the bitmask is filled and joins them: all
         host work while the device computes the logits."""
@@ -54,6 +56,7 @@ class StepSampler:
             bitmask_follows=grammar_bitmask is not None,
             penalty_tokens=self.penalty_tokens,
             feed=self.token_feed,
+            sampled=sampled,
         )
         bitmask = None if grammar_bitmask is None else grammar_bitmask()
         if bitmask is not None:
