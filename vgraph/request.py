@@ -57,9 +57,12 @@ class Request:
         eos_token_ids: frozenset[int],
         arrival_time: float = 0.0,
         group_id: str | None = None,
+        cache_salt: str | None = None,
     ) -> None:
         self.request_id = request_id
         self.group_id = request_id if group_id is None else group_id
+        # vLLM's: mixed into the root of its prefix-cache hashes; only the same salt shares
+        self.cache_salt = cache_salt
         self.prompt_token_ids = prompt_token_ids
         self.sampling_params = sampling_params
         self.eos_token_ids = eos_token_ids

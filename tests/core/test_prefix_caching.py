@@ -20,9 +20,11 @@ BS = 16
 ROOT = root_hash(("model", "float32"))
 
 
-def make_req(rid: str, tokens: list[int], max_tokens: int = 4) -> Request:
+def make_req(
+    rid: str, tokens: list[int], max_tokens: int = 4, cache_salt: str | None = None
+) -> Request:
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
-    return Request(rid, list(tokens), params, frozenset())
+    return Request(rid, list(tokens), params, frozenset(), cache_salt=cache_salt)
 
 
 def make_sched(num_blocks: int = 64, budget: int = 8192, max_num_seqs: int = 256) -> Scheduler:
@@ -78,6 +80,38 @@ def test_hashes_are_stable_across_processes() -> None:
     """sha256, not Python's salted hash(): fixed bytes for a fixed input."""
     expect = hashlib.sha256(b"p" + struct.pack("<Q3q", 3, 1, 2, 3)).digest()
     assert hash_block_tokens(b"p", [1, 2, 3]) == expect
+
+
+def test_cache_salt_roots_the_chain_and_only_the_same_salt_shares() -> None:
+    """vLLM's cache_salt: in the first block's hash only; the chain carries it on."""
+    keys = ("model", "float32")
+    salted = {s: hashes(list(range(48)), root_hash(keys, s)) for s in ("tenantA", "tenantB")}
+    assert root_hash(keys, None) == ROOT  # no salt: the hashes of today
+    assert salted["tenantA"] == hashes(list(range(48)), root_hash(keys, "tenantA"))
+    for h in salted.values():
+        assert not set(h) & set(hashes(list(range(48))))  # every block differs, not the first
+    assert not set(salted["tenantA"]) & set(salted["tenantB"])
+    # the salt is its own field: it never reads as one more extra key
+    assert root_hash(keys, "x") != root_hash((*keys, "x")) and root_hash(keys, "") != ROOT
+
+
+def test_requests_share_blocks_only_with_the_same_cache_salt() -> None:
+    s = make_sched()
+    prompt = list(range(100))  # 6 full blocks + 4: a hit covers at most 96 tokens
+
+    def cached(rid: str, salt: str | None) -> int:
+        r = make_req(rid, prompt, cache_salt=salt)
+        s.add_request(r)
+        run_to_end(s)
+        return r.num_cached_tokens
+
+    assert cached("a1", "tenantA") == 0
+    assert cached("a2", "tenantA") == 96  # same salt: shared
+    assert cached("b1", "tenantB") == 0  # another salt: nothing shared
+    assert cached("n1", None) == 0  # no salt shares nothing with a salted request
+    assert cached("n2", None) == 96  # and no salt shares with no salt, as before
+    assert cached("b2", "tenantB") == 96
+    assert s.kv.num_free_blocks == s.kv.num_blocks
 
 
 # ---- hits and accounting -------------------------------------------------------------------

@@ -107,6 +107,9 @@ BAD_PROMPTS = [
     ([5, V, 6], ["token id {vocab}", "0..{last}"]),
     ([5, 2.5], ["token id 2.5", "0..{last}"]),
     (42, ["prompt of type int", "str or a list of ints"]),
+    ({"prompt": "Hi", "cache_salt": ""}, ["'cache_salt'", "non-empty string", "''"]),
+    ({"prompt_token_ids": [5], "cache_salt": "a/b"}, ["'cache_salt'", "at most 128", "'a/b'"]),
+    ({"prompt": "Hi", "salt": "x"}, ["'salt'", 'no other key but "cache_salt"']),
 ]
 
 
@@ -122,6 +125,9 @@ BAD_PROMPTS = [
         "id-vocab-size",
         "float-id",
         "int",
+        "empty-cache-salt",
+        "cache-salt-with-slash",
+        "unknown-dict-key",
     ],
 )
 def test_bad_prompt(llm: LLM, good_outputs: list[list[int]], prompt: Any, parts: list[str]) -> None:

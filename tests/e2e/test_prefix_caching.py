@@ -115,3 +115,24 @@ def test_cascade_takes_the_cascade_attention_path(tiny_llama, no_caching, monkey
     # PIECEWISE mode: the step was piecewise anyway, so no fallback is counted
     assert llm.engine.client.core.runner.graph_stats.eager_fallbacks["cascade"] == 0
     llm.shutdown()
+
+
+def test_cache_salt_shares_cached_blocks_only_within_a_salt(tiny_llama, no_caching):
+    """vLLM's prompt dict {"prompt_token_ids": ..., "cache_salt": ...}: the same salt hits the
+    blocks an earlier request cached, another salt or none does not, a prompt without the field
+    behaves as before; the tokens are those of caching off every time."""
+    _, ref_batch = no_caching
+    prompt = SYSTEM + TAILS[3]  # 84 tokens: 5 full blocks, all of them a hit may cover
+    llm = make_llm(tiny_llama)
+
+    def run(salt: str | None) -> tuple[int | None, list[int]]:
+        p = prompt if salt is None else {"prompt_token_ids": prompt, "cache_salt": salt}
+        out = llm.generate(p, GREEDY, use_tqdm=False)[0]
+        return out.num_cached_tokens, out.outputs[0].token_ids
+
+    runs = [run(salt) for salt in ("tenantA", "tenantA", "tenantB", None, None, "tenantB")]
+    assert [cached for cached, _ in runs] == [0, 80, 0, 0, 80, 80]
+    assert all(tokens == ref_batch[3].outputs[0].token_ids for _, tokens in runs)
+    with pytest.raises(ValueError, match="cache_salt' must be a non-empty string"):
+        llm.generate({"prompt_token_ids": prompt, "cache_salt": ""}, GREEDY, use_tqdm=False)
+    llm.shutdown()

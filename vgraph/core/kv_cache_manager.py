@@ -4,7 +4,8 @@ Owns block bookkeeping only; the cache tensors live in the model runner. A reque
 ceil(num_computed_tokens_after_step / block_size) blocks; blocks are appended, never moved.
 
 Automatic prefix caching (as vLLM V1's), when enabled:
-  1. every full block of a request's tokens gets a chained sha256 hash (kv_cache_utils.py);
+  1. every full block of a request's tokens gets a chained sha256 hash (kv_cache_utils.py),
+     rooted in the extra keys and the request's cache_salt (so different salts share nothing);
      once the tokens of a full block are scheduled, the block is registered under its hash
      (a request admitted later in the same step may hit it: its KV is then written by that
      step itself, which registered_this_step tells the scheduler);
@@ -41,7 +42,8 @@ class KVCacheManager:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_caching = enable_caching
-        self.root_hash = root_hash(extra_keys)
+        self.extra_keys = extra_keys
+        self.root_hash = root_hash(extra_keys)  # of requests without a cache_salt
         # LRU order, head first; keys only (an ordered set with O(1) removal from the middle)
         self.free_blocks: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.ref_cnt = [0] * num_blocks
@@ -96,8 +98,14 @@ class KVCacheManager:
 
     def _block_hashes(self, request: Request) -> list[BlockHash]:
         hashes = self.req_block_hashes.setdefault(request.request_id, [])
-        extend_block_hashes(hashes, request.all_token_ids, self.block_size, self.root_hash)
+        extend_block_hashes(hashes, request.all_token_ids, self.block_size, self._root(request))
         return hashes
+
+    def _root(self, request: Request) -> BlockHash:
+        """The parent of the request's first block: a salted request's own root."""
+        if request.cache_salt is None:
+            return self.root_hash
+        return root_hash(self.extra_keys, request.cache_salt)
 
     # ---- allocation ---------------------------------------------------------------------------
     def allocate_slots(
@@ -156,7 +164,7 @@ class KVCacheManager:
         rid = request.request_id
         hashes = self.req_block_hashes.setdefault(rid, [])
         extend_block_hashes(
-            hashes, request.all_token_ids, self.block_size, self.root_hash, num_tokens
+            hashes, request.all_token_ids, self.block_size, self._root(request), num_tokens
         )
         num_full = min(num_tokens // self.block_size, len(hashes))
         for i in range(self.req_num_cached.get(rid, 0), num_full):

@@ -29,7 +29,7 @@ from vgraph.config import VGraphConfig
 from vgraph.engine.async_client import AsyncMPClient
 from vgraph.engine.client import EngineDeadError
 from vgraph.engine.frontend import FrontendBase
-from vgraph.engine.input_processor import PromptType
+from vgraph.engine.input_processor import PromptType, prompt_cache_salt
 from vgraph.engine.output_processor import OutputKind
 from vgraph.engine.protocol import SchedulerStats
 from vgraph.outputs import RequestOutput
@@ -130,8 +130,10 @@ class AsyncLLM(FrontendBase):
         self, prompt: PromptType, params: SamplingParams, request_id: str
     ) -> AsyncIterator[RequestOutput]:
         text, ids = self.processor.process_prompt(prompt)
+        salt = prompt_cache_salt(prompt)
         # closed with this generator, so that a consumer's aclose() aborts the request at once
-        async with aclosing(self.generate_tokenized(text, ids, params, request_id)) as outs:
+        outs = self.generate_tokenized(text, ids, params, request_id, cache_salt=salt)
+        async with aclosing(outs):
             async for out in outs:
                 yield out
 
@@ -142,9 +144,11 @@ class AsyncLLM(FrontendBase):
         params: SamplingParams,
         request_id: str,
         group_id: str | None = None,
+        cache_salt: str | None = None,
     ) -> AsyncIterator[RequestOutput]:
         """Delta RequestOutputs of one validated prompt; the last one has finished=True.
-        group_id: the user request this prompt belongs to (for fair scheduling)."""
+        group_id: the user request this prompt belongs to (for fair scheduling); cache_salt:
+        only requests with the same salt share prefix-cache blocks."""
         if self.dead_error is not None:
             raise self.dead_error
         # the collector outlives the request in the output processor until the caller has the end
@@ -156,7 +160,9 @@ class AsyncLLM(FrontendBase):
         collector = self.collectors[request_id] = OutputCollector()
         finished = False
         try:
-            requests = self.submit(request_id, text, ids, params, OutputKind.DELTA, group_id)
+            requests = self.submit(
+                request_id, text, ids, params, OutputKind.DELTA, group_id, cache_salt
+            )
             num_prompt_tokens = len(ids) * len(requests)
             self.times[request_id] = RequestTimes(
                 requests[0].arrival_time, num_prompt_tokens, len(ids)

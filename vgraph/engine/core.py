@@ -105,6 +105,7 @@ class EngineCore:
             frozenset(request.eos_token_ids),
             request.arrival_time,
             request.group_id,
+            request.cache_salt,
         )
         if request.sampling_params.structured_outputs is None:
             self.scheduler.add_request(req)

@@ -45,17 +45,21 @@ class FrontendBase:
         params: SamplingParams,
         kind: OutputKind,
         group_id: str | None = None,
+        cache_salt: str | None = None,
     ) -> list[EngineCoreRequest]:
         """Queue a prompt already validated by processor.process_prompt(); returns the n engine
         requests sent. group_id: the user request the prompt belongs to (fair scheduling;
-        default request_id). Raises ValueError, registering nothing, on a request id in use or
-        on params that are not SamplingParams or carry token ids outside the vocabulary."""
+        default request_id); cache_salt: vLLM's prefix-cache salt. Raises ValueError,
+        registering nothing, on a request id in use, a bad cache_salt, or on params that are
+        not SamplingParams or carry token ids outside the vocabulary."""
         if request_id in self.output_processor.parents:
             raise ValueError(f"request_id={request_id!r} is already in use")
         # The engine requests' ids are new to the core even when the user's id is reused: an
         # aborted request's last outputs may still be on their way and must find no one.
         engine_id = f"{request_id}-{next(self._submits)}"
-        requests = self.processor.make_requests(engine_id, ids, params, group_id or request_id)
+        requests = self.processor.make_requests(
+            engine_id, ids, params, group_id or request_id, cache_salt
+        )
         self.output_processor.add_request(
             request_id,
             text,

@@ -4,6 +4,8 @@ Everything a user can get wrong is caught here, before anything is queued, as a 
 names the field, the value and what is allowed. n > 1 fans out into n child requests. What
 SamplingParams cannot check alone is checked here: bad_words become token sequences (with the
 tokenizer), a structured-output grammar must parse (so a bad schema never reaches the core).
+A prompt dict may carry vLLM's cache_salt; it travels beside the prompt (prompt_cache_salt), not
+in SamplingParams, and each engine request carries it to the prefix cache.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ from vgraph.sampling_params import SamplingParams
 
 PromptType = str | list[int] | dict[str, Any]  # dict: vLLM's {"prompt": ...} / TokensPrompt
 PROMPT_KEYS = ("prompt", "prompt_token_ids")
+PROMPT_DICT_KEYS = (*PROMPT_KEYS, "cache_salt")
+# vLLM's OpenAI server rule (validate_cache_salt), kept offline too so one salt works on both
+MAX_CACHE_SALT_LEN = 128
+CACHE_SALT_FORBIDDEN = frozenset("@/\\\x00")
 
 
 class InputProcessor:
@@ -110,9 +116,12 @@ class InputProcessor:
         prompt_ids: list[int],
         params: SamplingParams,
         group_id: str | None = None,
+        cache_salt: str | None = None,
     ) -> list[EngineCoreRequest]:
         """The n engine requests of one prompt; group_id (default: request_id) names the user
-        request they belong to, so the scheduler can share its slots fairly between users."""
+        request they belong to, so the scheduler can share its slots fairly between users;
+        cache_salt: only requests with the same salt share prefix-cache blocks."""
+        check_cache_salt(cache_salt)
         if not isinstance(params, SamplingParams):
             raise ValueError(
                 f"sampling params of type {type(params).__name__} are not SamplingParams"
@@ -143,6 +152,7 @@ class InputProcessor:
                 eos_token_ids=self.eos_token_ids,
                 arrival_time=now,
                 group_id=request_id if group_id is None else group_id,
+                cache_salt=cache_salt,
             )
             for i, p in enumerate(children)
         ]
@@ -165,14 +175,42 @@ def child_request_id(parent_id: str, index: int, n: int) -> str:
     return parent_id if n == 1 else f"{index}_{parent_id}"
 
 
+def check_cache_salt(cache_salt: object) -> None:
+    """vLLM's rule: None, or a non-empty string of at most 128 characters without '@', '/',
+    '\\' or NUL. Raises ValueError naming the field."""
+    if cache_salt is None:
+        return
+    if not isinstance(cache_salt, str) or not cache_salt:
+        got = repr(cache_salt) if isinstance(cache_salt, str) else type(cache_salt).__name__
+        raise ValueError(
+            f"Parameter 'cache_salt' must be a non-empty string if provided (got {got})"
+        )
+    if len(cache_salt) > MAX_CACHE_SALT_LEN or not CACHE_SALT_FORBIDDEN.isdisjoint(cache_salt):
+        shown = repr(cache_salt[:40]) + ("..." if len(cache_salt) > 40 else "")
+        raise ValueError(
+            f"Parameter 'cache_salt' must be at most {MAX_CACHE_SALT_LEN} characters and must "
+            f"not contain '@', '/', '\\', or NUL (got {shown}, {len(cache_salt)} characters)"
+        )
+
+
+def prompt_cache_salt(prompt: PromptType) -> str | None:
+    """The cache_salt of a prompt dict (vLLM's {"prompt": ..., "cache_salt": ...}), else None."""
+    if not isinstance(prompt, dict):
+        return None
+    salt = prompt.get("cache_salt")
+    check_cache_salt(salt)
+    return salt
+
+
 def unwrap_prompt_dict(prompt: dict[str, Any]) -> str | list[int]:
     """The text or token ids of a prompt dict: prompt_token_ids when present (a "prompt" beside
-    them is only the text reported back), else prompt."""
-    unknown = sorted(str(k) for k in prompt if k not in PROMPT_KEYS)
+    them is only the text reported back), else prompt. Its cache_salt: prompt_cache_salt()."""
+    unknown = sorted(str(k) for k in prompt if k not in PROMPT_DICT_KEYS)
     if unknown or not any(k in prompt for k in PROMPT_KEYS):
         raise ValueError(
             f"prompt dict with keys {sorted(map(str, prompt))} is not allowed; give "
-            '"prompt" (text) or "prompt_token_ids" (a list of ints), and no other key'
+            '"prompt" (text) or "prompt_token_ids" (a list of ints), and no other key but '
+            '"cache_salt"'
         )
     if "prompt_token_ids" in prompt:
         ids = prompt["prompt_token_ids"]

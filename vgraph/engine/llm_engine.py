@@ -9,7 +9,7 @@ from __future__ import annotations
 from vgraph.config import VGraphConfig
 from vgraph.engine.client import EngineCoreClient, make_client
 from vgraph.engine.frontend import FrontendBase
-from vgraph.engine.input_processor import PromptType
+from vgraph.engine.input_processor import PromptType, prompt_cache_salt
 from vgraph.engine.output_processor import OutputKind
 from vgraph.outputs import RequestOutput
 from vgraph.sampling_params import SamplingParams
@@ -35,7 +35,7 @@ class LLMEngine(FrontendBase):
     ) -> None:
         """Validate, then queue; raises ValueError and queues nothing on bad input."""
         text, ids = self.processor.process_prompt(prompt)
-        self.add_tokenized(request_id, text, ids, params, kind)
+        self.add_tokenized(request_id, text, ids, params, kind, prompt_cache_salt(prompt))
 
     def add_tokenized(
         self,
@@ -44,9 +44,11 @@ class LLMEngine(FrontendBase):
         ids: list[int],
         params: SamplingParams,
         kind: OutputKind = OutputKind.FINAL_ONLY,
+        cache_salt: str | None = None,
     ) -> None:
-        """Queue a prompt already validated by processor.process_prompt()."""
-        self.submit(request_id, text, ids, params, kind)
+        """Queue a prompt already validated by processor.process_prompt(); cache_salt: only
+        requests with the same salt share prefix-cache blocks."""
+        self.submit(request_id, text, ids, params, kind, cache_salt=cache_salt)
 
     def abort_request(self, request_ids: list[str]) -> None:
         for rid in request_ids:

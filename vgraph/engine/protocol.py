@@ -21,6 +21,8 @@ class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True):
     eos_token_ids: list[int]
     arrival_time: float = 0.0
     group_id: str | None = None  # the user request it belongs to (None: its own request_id)
+    # vLLM's: its prefix-cache blocks are shared only with requests of the same salt
+    cache_salt: str | None = None
 
 
 class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):

@@ -9,7 +9,7 @@ from typing import Any
 from tqdm import tqdm
 
 from vgraph.engine.arg_utils import create_engine_config
-from vgraph.engine.input_processor import PromptType
+from vgraph.engine.input_processor import PromptType, prompt_cache_salt
 from vgraph.engine.llm_engine import LLMEngine
 from vgraph.entrypoints.chat_utils import load_chat_template, render_chat, text_contents
 from vgraph.entrypoints.generation_config import load_sampling_defaults
@@ -63,7 +63,8 @@ class LLM:
         use_tqdm: bool = True,
     ) -> list[RequestOutput]:
         """Generate for every prompt (text, token ids, or vLLM's {"prompt": ...} /
-        {"prompt_token_ids": [...]} dicts); outputs come back in prompt order. Without
+        {"prompt_token_ids": [...]} dicts, which may carry a "cache_salt": only prompts with
+        the same salt share prefix-cache blocks); outputs come back in prompt order. Without
         sampling_params: get_default_sampling_params()."""
         if isinstance(prompts, (str, dict)) or (
             isinstance(prompts, list) and prompts and isinstance(prompts[0], int)
@@ -102,11 +103,12 @@ class LLM:
                 f"sampling_params entry of type {type(bad).__name__} is not a SamplingParams"
             )
         tokenized = [self.engine.processor.process_prompt(p) for p in prompts]
+        salts = [prompt_cache_salt(p) for p in prompts]
         ids: list[str] = []
         try:
-            for (text, prompt_ids), p in zip(tokenized, params):
+            for (text, prompt_ids), p, salt in zip(tokenized, params, salts):
                 ids.append(str(next(self._ids)))
-                self.engine.add_tokenized(ids[-1], text, prompt_ids, p)
+                self.engine.add_tokenized(ids[-1], text, prompt_ids, p, cache_salt=salt)
         except BaseException:
             self.engine.abort_request(ids)
             raise

@@ -13,7 +13,10 @@ Choices, documented here once:
   `echo`, `logprobs`, ... as "or null", and clients that send every field send null for those
   they leave unset); a required field may not be null.
 - OpenAI fields vgraph does not implement are accepted only at their neutral value
-  (suffix empty, best_of = n); anything else is a 400 that says so.
+  (suffix empty, best_of = n), and so are vLLM's (use_beam_search false: no beam search;
+  priority 0: first come, first served only); anything else is a 400 that says so.
+- vLLM's cache_salt (checked by vLLM's rule, check_cache_salt) goes with the request's prompts
+  to the engine, where it roots their prefix-cache hashes: only the same salt shares blocks.
 - Sampling fields (penalties, logit_bias, allowed_token_ids, bad_words, prompt_logprobs) and
   structured outputs (response_format, vLLM's structured_outputs and guided_* extras) map onto
   SamplingParams in sampling_params(); their own checks become a 400 naming the field.
@@ -29,6 +32,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from vgraph.engine.input_processor import check_cache_salt
 from vgraph.sampling_params import (
     MAX_LOGPROBS,
     MAX_STOP_STRINGS,
@@ -207,11 +211,34 @@ class SamplingRequest(StrictModel):
     # vLLM's: keep the prompt's last k tokens (-1: max_model_len); logprob tokens as "token_id:N"
     truncate_prompt_tokens: LaxInt | None = Field(None, ge=-1, le=2**31 - 1)
     return_tokens_as_token_ids: bool = False
+    # vLLM's: only requests with the same salt share prefix-cache blocks (multi-tenant privacy)
+    cache_salt: str | None = None
+    # vLLM's, at their neutral values only: vgraph schedules FCFS and has no beam search
+    priority: LaxInt = Field(0, ge=-(2**63), le=2**63 - 1)
+    use_beam_search: bool = False
 
     def check_unsupported(self) -> None:
         if self.stream_options is not None and not self.stream:
             raise APIError(
                 "stream_options is only allowed with stream=true", param="stream_options"
+            )
+        try:
+            check_cache_salt(self.cache_salt)
+        except ValueError as e:
+            raise APIError(str(e), param="cache_salt") from None
+        if self.use_beam_search:
+            raise APIError(
+                "use_beam_search=true is not supported: vgraph has no beam search; omit it or "
+                "set it to false",
+                param="use_beam_search",
+            )
+        if self.priority != 0:
+            # vLLM's words first: clients match them to retry without the field
+            raise APIError(
+                f"Got priority {self.priority} but Priority scheduling is not enabled: vgraph "
+                "schedules first come, first served only (vLLM's --scheduling-policy fcfs); "
+                "omit priority or set it to 0",
+                param="priority",
             )
 
     def sampling_params(

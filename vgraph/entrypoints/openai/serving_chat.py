@@ -74,7 +74,7 @@ class OpenAIServingChat(OpenAIServing):
         choices: dict[int, Choice] = {}
         num_cached = 0
         prompt_lps = None
-        async for _, out in self.generate_all([(text, ids)], [params], head["id"]):
+        async for _, out in self.generate_all([(text, ids)], [params], head["id"], req.cache_salt):
             num_cached = out.num_cached_tokens or num_cached
             prompt_lps = out.prompt_logprobs
             for comp in out.outputs:
@@ -199,6 +199,7 @@ class OpenAIServingChat(OpenAIServing):
             make_choice,
             first,
             on_output=latest.__setitem__,
+            cache_salt=req.cache_salt,
         )
 
 

@@ -53,7 +53,7 @@ class OpenAIServingCompletion(OpenAIServing):
         choices: dict[int, Choice] = {}
         cached: dict[int, int] = {}  # prompt index -> its prompt tokens found cached
         outputs: dict[int, RequestOutput] = {}
-        async for i, out in self.generate_all(tokenized, params, head["id"]):
+        async for i, out in self.generate_all(tokenized, params, head["id"], req.cache_salt):
             cached[i] = out.num_cached_tokens or cached.get(i, 0)
             outputs[i] = out
             for comp in out.outputs:
@@ -133,7 +133,13 @@ class OpenAIServingCompletion(OpenAIServing):
             return choice
 
         return self.stream_events(
-            head, tokenized, params, req.stream_options, make_choice, on_output=latest.__setitem__
+            head,
+            tokenized,
+            params,
+            req.stream_options,
+            make_choice,
+            on_output=latest.__setitem__,
+            cache_salt=req.cache_salt,
         )
 
     def prompt_text(self, prompt: tuple[str | None, list[int]]) -> str:

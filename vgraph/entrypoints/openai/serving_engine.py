@@ -214,13 +214,17 @@ class OpenAIServing:
         prompts: list[tuple[str | None, list[int]]],
         params: list[SamplingParams],
         request_id: str,
+        cache_salt: str | None = None,
     ) -> AsyncIterator[tuple[int, RequestOutput]]:
         """(prompt index, delta output) of every prompt, merged; errors become APIErrors.
         request_id: the response's id; the engine's ids add a random suffix (as vLLM's), since
-        clients may send one X-Request-Id with concurrent requests."""
+        clients may send one X-Request-Id with concurrent requests. cache_salt: the request's
+        (vLLM's), for every prompt of it."""
         request_id = f"{request_id}-{uuid.uuid4().hex[:8]}"
         gens = [
-            self.engine.generate_tokenized(text, ids, p, f"{request_id}-{i}", request_id)
+            self.engine.generate_tokenized(
+                text, ids, p, f"{request_id}-{i}", request_id, cache_salt
+            )
             for i, ((text, ids), p) in enumerate(zip(prompts, params))
         ]
         try:
@@ -242,6 +246,7 @@ class OpenAIServing:
         make_choice: Callable[[int, CompletionOutput], dict[str, Any]],
         first_choices: Sequence[dict[str, Any]] = (),
         on_output: Callable[[int, RequestOutput], None] | None = None,
+        cache_salt: str | None = None,
     ) -> AsyncIterator[str]:
         """The SSE events of a streamed response.
 
@@ -249,7 +254,7 @@ class OpenAIServing:
         make_choice(prompt index, delta) (after on_output(prompt index, output), if given,
         sees the output it came in); usage at the end (include_usage) and, with it,
         continuous_usage_stats on every chunk (vLLM's rule); an error after the stream began
-        becomes an error event; `data: [DONE]` last, always.
+        becomes an error event; `data: [DONE]` last, always. cache_salt: as generate_all's.
         """
         num_prompt = sum(len(ids) for _, ids in prompts)
         num_completion = 0
@@ -262,7 +267,7 @@ class OpenAIServing:
                 chunk["usage"] = usage(num_prompt, 0, 0)
             yield sse(chunk)
         try:
-            async for i, out in self.generate_all(prompts, params, head["id"]):
+            async for i, out in self.generate_all(prompts, params, head["id"], cache_salt):
                 cached[i] = out.num_cached_tokens or cached.get(i, 0)
                 if on_output is not None:
                     on_output(i, out)
