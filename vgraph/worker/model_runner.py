@@ -429,7 +429,7 @@ class ModelRunner:
         n = step.num_reqs
         greedy = None if logits.greedy is None else logits.greedy[:n]
         return self.step_sampler(
-            sched.requests, logits.logits[:n], grammar_bitmask, greedy, sched.samples()
+            sched.requests, logits.logits[:n], grammar_bitmask, greedy, sched.samples
         )
 
     # ---- graphs -----------------------------------------------------------------------------

@@ -10,7 +10,7 @@ host into one staging buffer (pinned on CUDA), then one non-blocking copy; nothi
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 import torch
@@ -39,11 +39,13 @@ def build_sampling_metadata(
     bitmask_follows: bool = False,  # a bitmask joins the processors later (may stay None)
     penalty_tokens: PenaltyTokens | None = None,  # the runner's; a new one when not given
     feed: DeviceTokenFeed | None = None,  # async scheduling: the last step's sampled ids
-    sampled: Sequence[bool] | None = None,  # per row: its token is kept (None: every row)
+    # per row, whether its token is kept (SchedulerOutput.samples; None: every row); called only
+    # when a seeded row samples
+    kept: Callable[[], Sequence[bool]] | None = None,
 ) -> SamplingMetadata:
     """generators: request id -> its seeded generator, created here on first sight; drawn from
-    only for the rows whose token is kept (SchedulerOutput.samples), so a partial prefill chunk
-    does not advance it."""
+    only for the rows whose token is kept (kept: SchedulerOutput.samples, asked only when a
+    seeded row samples), so a partial prefill chunk does not advance it."""
     params = [r.sampling_params for r in requests]
     max_num_logprobs = max((p.logprobs for p in params if p.logprobs is not None), default=None)
     if staging is None:
@@ -72,8 +74,13 @@ def build_sampling_metadata(
             processors=processors,
         )
     row_gens: dict[int, torch.Generator] = {}
+    rows_kept: Sequence[bool] | None = None
     for i, (req, p, t) in enumerate(zip(requests, params, temperatures)):
-        if p.seed is not None and t > 0.0 and (sampled is None or sampled[i]):
+        if p.seed is not None and t > 0.0:
+            if rows_kept is None:
+                rows_kept = [True] * len(requests) if kept is None else kept()
+            if not rows_kept[i]:  # a partial prefill chunk's row: its token is dropped
+                continue
             gen = generators.get(req.request_id)
             if gen is None:
                 gen = torch.Generator(device=device).manual_seed(p.seed)

@@ -43,8 +43,8 @@ class StepSampler:
         logits: torch.Tensor,  # [num_reqs, vocab_size]: the real requests' rows (Sampler)
         grammar_bitmask: BitmaskFn | None = None,
         greedy: torch.Tensor | None = None,  # [num_reqs] int64: their argmax, if the head has it
-        sampled: Sequence[bool]
-        | None = None,  # per request: its token is kept (not a partial chunk)
+        # per request, whether its token is kept (not a partial chunk): SchedulerOutput.samples
+        kept: Callable[[], Sequence[bool]] | None = None,
     ) -> SamplerOutput:
         """The sampling inputs are built first, then the bitmask is filled and joins them: all
         host work while the device computes the logits."""
@@ -56,7 +56,7 @@ class StepSampler:
             bitmask_follows=grammar_bitmask is not None,
             penalty_tokens=self.penalty_tokens,
             feed=self.token_feed,
-            sampled=sampled,
+            kept=kept,
         )
         bitmask = None if grammar_bitmask is None else grammar_bitmask()
         if bitmask is not None:
