@@ -9,6 +9,7 @@ import torch
 
 from vgraph.config import AttentionCGSupport, CompilationConfig
 from vgraph.config.modes import CUDAGraphMode
+from vgraph.engine.engine_args import EngineArgs
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
@@ -132,3 +133,21 @@ def test_piecewise_sizes_default_to_the_capture_list_and_resolve_alike(caplog):
     assert "piecewise_capture_sizes: size 9000 dropped" in caplog.text
     with pytest.raises(ValueError, match="piecewise_capture_sizes=\\[0\\]: every size"):
         CompilationConfig.parse({"piecewise_capture_sizes": [0]})
+
+
+def test_an_object_built_by_hand_gets_a_dicts_checks():
+    """CompilationConfig(cudagraph_mode="FULL_DECODE_ONLY") as vLLM users write it: the mode
+    as text is converted, and a bad field is a ValueError as in a dict."""
+    built = CompilationConfig(cudagraph_mode="full_decode_only", cudagraph_capture_sizes=(1, 2))
+    parsed = CompilationConfig.parse(built)
+    assert parsed.cudagraph_mode is CUDAGraphMode.FULL_DECODE_ONLY
+    assert parsed.cudagraph_capture_sizes == (1, 2)
+    assert CompilationConfig.parse(CompilationConfig()) == CompilationConfig()
+    for bad, match in (
+        (CompilationConfig(cudagraph_mode="bogus"), "cudagraph_mode='bogus' is not allowed"),
+        (CompilationConfig(cudagraph_capture_sizes=(0,)), "every size must be >= 1"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            CompilationConfig.parse(bad)
+    ea = EngineArgs(model="SmolLM2-135M", compilation_config=built)
+    assert ea.compilation().cudagraph_mode is CUDAGraphMode.FULL_DECODE_ONLY

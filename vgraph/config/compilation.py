@@ -50,7 +50,13 @@ class CompilationConfig:
         if value is None:
             return CompilationConfig()
         if isinstance(value, CompilationConfig):
-            return value
+            # one built by hand (CompilationConfig(cudagraph_mode="FULL")) takes a dict's
+            # checks and conversions: a mode as text, sizes as a list
+            value = {
+                f.name: list(v) if isinstance(v, tuple) else v
+                for f in dataclasses.fields(CompilationConfig)
+                for v in [getattr(value, f.name)]
+            }
         if isinstance(value, str):
             value = CompilationConfig.parse_json(value)
         if not isinstance(value, dict):

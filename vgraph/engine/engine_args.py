@@ -143,7 +143,7 @@ class EngineArgs:
                     "optimization_level cannot be combined with a CompilationConfig object; "
                     "pass compilation_config as a dict"
                 )
-            return cc
+            return CompilationConfig.parse(cc)  # one built by hand gets a dict's checks
         if isinstance(cc, str):
             cc = CompilationConfig.parse_json(cc)
         if isinstance(cc, int) and not isinstance(cc, bool):
