@@ -239,7 +239,8 @@ def main() -> int:
     parser.add_argument("--no-stacks", action="store_true", help="skip the layer stacks")
     args = parser.parse_args()
     if not (torch.cuda.is_available() and load_ext() and has_cuda_kernels("linear_out")):
-        print(f"needs a GPU and a CUDA build of vgraph._C: {ext_unavailable_reason()}")
+        why = ext_unavailable_reason() or ("no GPU" if not torch.cuda.is_available() else "")
+        print(f"needs a GPU and a CUDA build of vgraph._C: {why or 'a CPU build was loaded'}")
         return 1
     pdl = os.environ.get("VGRAPH_PDL", "1") != "0"
     rows, stacks, thresholds = [], [], {}

@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 import torch
 
-from vgraph._ext import load_ext
+from vgraph._ext import ext_unavailable_reason, load_ext
 
 
 def segments(n: int, first: int, ratio: float) -> list[int]:
@@ -94,7 +94,9 @@ def main() -> None:
     p.add_argument("--iters", type=int, default=200)
     p.add_argument("--out", default=None)
     args = p.parse_args()
-    assert load_ext() and torch.cuda.is_available(), "needs CUDA and vgraph._C"
+    if not (torch.cuda.is_available() and load_ext()):
+        why = ext_unavailable_reason() or "no GPU"
+        raise SystemExit(f"bench_graph_launch.py needs a GPU and vgraph._C ({why})")
     dtype, dev = torch.bfloat16, "cuda"
     x = torch.randn(1, 576, dtype=dtype, device=dev)
     w = torch.randn(576, 576, dtype=dtype, device=dev) * 576**-0.5

@@ -55,6 +55,8 @@ def main() -> None:
     p.add_argument("--mixed", default="4+60", help="mixed step: DECODES+CHUNK, '' to skip")
     p.add_argument("--out", default=None)
     args = p.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("profile_step.py needs a GPU (the kernel profile and the CUDA events)")
     report = {"model": args.model, "batch": args.batch, "environment": environment()}
     report.update(profile_kernels(args))
     _write(args.out, report)
