@@ -100,6 +100,20 @@ TORCH_LIBRARY(vgraph_C, m) {
   // The token count from which the fused op of weight's shape runs the wide kernel by default;
   // 0: never (the CPU, GPUs before sm_90, the per-shape table's choice).
   m.def("wide_gemv_from(Tensor weight, str epilogue, int head_size=0) -> int");
+  // A decoder layer's MLP on the residual stream, in place: residual [num_tokens, H] +=
+  // silu_and_mul(rms_norm(residual) W_gu^T) W_d^T, gate_up_weight W_gu [2 * I, H] (gate rows |
+  // up rows), down_weight W_d [H, I]: rms_norm_gate_up_silu (with wide_packed), then
+  // linear_add_residual. On CUDA, up to max_fused_tokens (default fused_mlp_tokens: 1 for the
+  // measured shapes, else 0) tokens one kernel instead (csrc/decode_mlp.cu), which reads
+  // down_t = W_d^T [I, H] (contiguous) and state: int64 [>= H + 1], zeroed once, its scratch
+  // (fixed-point sums and a ticket, zero again after each call); without them, never.
+  m.def(
+      "rms_norm_mlp_residual(Tensor(a!) residual, Tensor norm_weight, float eps, "
+      "Tensor gate_up_weight, Tensor down_weight, Tensor? down_t=None, Tensor(b!)? state=None, "
+      "Tensor? wide_packed=None, int? max_fused_tokens=None) -> ()");
+  // The token count up to which rms_norm_mlp_residual runs its one kernel by default for this
+  // gate/up shape; 0: never (the CPU, shapes not measured).
+  m.def("fused_mlp_tokens(Tensor gate_up_weight) -> int");
 
   // Logits processors of a sampling step in one pass (sampling_cuda.cu; CUDA only: the CPU runs
   // the torch path of vgraph/sample/logits_processors.py). out/logits float32 [R, V]; per row r,

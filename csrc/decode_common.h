@@ -1,5 +1,5 @@
 // The fused decode ops (linear_out, rms_norm_linear_out, linear_add_residual, rms_norm_qkv_rope,
-// rms_norm_gate_up_silu): argument checks shared by the CPU and CUDA impls, and their unfused
+// rms_norm_gate_up_silu, rms_norm_mlp_residual): argument checks shared by the CPU and CUDA impls, and their unfused
 // path (norm kernel, library GEMM, rope / silu kernel), which the CPU always takes and CUDA takes
 // above the GEMV token threshold. Host code only.
 #pragma once
@@ -143,6 +143,40 @@ void check_rms_norm_gate_up_silu(const at::Tensor& out, const at::Tensor& hidden
               hidden.size(0), ", ", weight.size(0) / 2, "], got ", out.sizes());
 }
 
+// residual [M, H] += silu_and_mul(rms_norm(residual) W_gu^T) W_d^T: gate_up [2 I, H] (gate rows,
+// then up rows) and down [H, I] contiguous, residual's dtype and device; down_t [I, H] (W_d^T,
+// contiguous) and state int64 [>= H + 1] (the CUDA kernel's scratch, zero between calls) come
+// together or not at all.
+void check_rms_norm_mlp_residual(const at::Tensor& residual, const at::Tensor& norm_weight,
+                                 const at::Tensor& gate_up, const at::Tensor& down,
+                                 const std::optional<at::Tensor>& down_t,
+                                 const std::optional<at::Tensor>& state) {
+  check_norm_prologue(residual, norm_weight);
+  check_weight(gate_up, residual, -1);
+  TORCH_CHECK(gate_up.size(0) % 2 == 0, "gate_up_weight rows ", gate_up.size(0),
+              " must be even (gate rows, then up rows)");
+  const int64_t inter = gate_up.size(0) / 2, h = residual.size(1);
+  TORCH_CHECK(down.dim() == 2 && down.size(0) == h && down.size(1) == inter,
+              "down_weight must be [H = ", h, ", I = ", inter, "], got ", down.sizes());
+  TORCH_CHECK(down.is_contiguous(), "down_weight must be contiguous");
+  TORCH_CHECK(down.scalar_type() == residual.scalar_type() && down.device() == residual.device(),
+              "down_weight must have residual's dtype and device");
+  TORCH_CHECK(down_t.has_value() == state.has_value(),
+              "down_t and state come together (both or neither)");
+  if (!down_t) return;
+  TORCH_CHECK(down_t->dim() == 2 && down_t->size(0) == inter && down_t->size(1) == h,
+              "down_t must be [I = ", inter, ", H = ", h, "] (down_weight transposed), got ",
+              down_t->sizes());
+  TORCH_CHECK(down_t->is_contiguous(), "down_t must be contiguous");
+  TORCH_CHECK(down_t->scalar_type() == residual.scalar_type() &&
+                  down_t->device() == residual.device(),
+              "down_t must have residual's dtype and device");
+  TORCH_CHECK(state->dim() == 1 && state->scalar_type() == at::kLong && state->is_contiguous() &&
+                  state->size(0) >= h + 1 && state->device() == residual.device(),
+              "state must be contiguous int64 [>= H + 1 = ", h + 1, "] on ", residual.device(),
+              ", got ", state->scalar_type(), " ", state->sizes(), " on ", state->device());
+}
+
 // The unfused path: the device's layer ops around at::mm. Ops is CpuOps or CudaOps (layers.h).
 template <typename Ops>
 struct Unfused {
@@ -206,6 +240,14 @@ struct Unfused {
                                     const at::Tensor& weight) {
     const at::Tensor gate_up = at::mm(norm(hidden, norm_weight, eps), weight.t());  // [M, 2I]
     Ops::silu_and_mul(out, gate_up);
+  }
+
+  static void rms_norm_mlp_residual(at::Tensor& residual, const at::Tensor& norm_weight,
+                                    double eps, const at::Tensor& gate_up,
+                                    const at::Tensor& down) {
+    at::Tensor act = at::empty({residual.size(0), down.size(1)}, residual.options());  // [M, I]
+    rms_norm_gate_up_silu(act, residual, norm_weight, eps, gate_up);
+    linear_add_residual(residual, act, down);
   }
 };
 

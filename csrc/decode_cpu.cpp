@@ -70,6 +70,20 @@ void rms_norm_gate_up_silu_cpu(at::Tensor& out, const at::Tensor& hidden,
   CpuPath::rms_norm_gate_up_silu(out, hidden, norm_weight, eps, weight);
 }
 
+void rms_norm_mlp_residual_cpu(at::Tensor& residual, const at::Tensor& norm_weight, double eps,
+                               const at::Tensor& gate_up, const at::Tensor& down,
+                               const std::optional<at::Tensor>& down_t,
+                               const std::optional<at::Tensor>& state,
+                               const std::optional<at::Tensor>& /*wide_packed: CUDA's*/,
+                               std::optional<int64_t> /*max_fused_tokens*/) {
+  check_rms_norm_mlp_residual(residual, norm_weight, gate_up, down, down_t, state);
+  CpuPath::rms_norm_mlp_residual(residual, norm_weight, eps, gate_up, down);
+}
+
+int64_t fused_mlp_tokens_cpu(const at::Tensor& /*gate_up*/) {
+  return 0;  // the one-kernel MLP is CUDA's
+}
+
 int64_t wide_gemv_from_cpu(const at::Tensor& /*weight*/, c10::string_view /*epilogue*/,
                            int64_t /*head_size*/) {
   return 0;  // the wide kernel is CUDA's (sm_90)
@@ -85,4 +99,6 @@ TORCH_LIBRARY_IMPL(vgraph_C, CPU, m) {
   m.impl("rms_norm_qkv_rope", &vgraph::rms_norm_qkv_rope_cpu);
   m.impl("rms_norm_gate_up_silu", &vgraph::rms_norm_gate_up_silu_cpu);
   m.impl("wide_gemv_from", &vgraph::wide_gemv_from_cpu);
+  m.impl("rms_norm_mlp_residual", &vgraph::rms_norm_mlp_residual_cpu);
+  m.impl("fused_mlp_tokens", &vgraph::fused_mlp_tokens_cpu);
 }

@@ -42,6 +42,7 @@
 #include "common.h"
 #include "decode_common.h"
 #include "decode_gemv.h"
+#include "decode_ops.h"
 #include "device_info.cuh"
 #include "layers.h"
 
@@ -537,6 +538,15 @@ void rms_norm_gate_up_silu_cuda(at::Tensor& out, const at::Tensor& hidden,
 }
 
 }  // namespace
+
+void mlp_two_ops_cuda(at::Tensor& residual, const at::Tensor& norm_weight, double eps,
+                      const at::Tensor& gate_up, const at::Tensor& down,
+                      const std::optional<at::Tensor>& wide_packed) {
+  at::Tensor act = at::empty({residual.size(0), down.size(1)}, residual.options());  // [M, I]
+  rms_norm_gate_up_silu_cuda(act, residual, norm_weight, eps, gate_up, std::nullopt, wide_packed);
+  linear_add_residual_cuda(residual, act, down, std::nullopt);
+}
+
 }  // namespace vgraph
 
 TORCH_LIBRARY_IMPL(vgraph_C, CUDA, m) {

@@ -162,6 +162,20 @@ def _register_fakes() -> None:
     ) -> None:
         return None
 
+    @torch.library.register_fake("vgraph_C::rms_norm_mlp_residual")
+    def _rms_norm_mlp_residual_fake(
+        residual,
+        norm_weight,
+        eps,
+        gate_up_weight,
+        down_weight,
+        down_t=None,
+        state=None,
+        wide_packed=None,
+        max_fused_tokens=None,
+    ) -> None:
+        return None
+
     @torch.library.register_fake("vgraph_C::apply_logits_processors")
     def _apply_logits_processors_fake(out, logits, bitmask, row_ptr, codes, values, params) -> None:
         return None

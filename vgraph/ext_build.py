@@ -45,6 +45,7 @@ CUDA_SOURCES = [
     "decode_gemv_silu.cu",
     "decode_gemv_qkv.cu",
     "decode_gemv_norm_store.cu",
+    "decode_mlp.cu",
     "sampling_cuda.cu",
 ]
 

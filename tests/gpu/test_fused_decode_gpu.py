@@ -2,7 +2,8 @@
 tokens of FULL graphs, with the engine core in its own process as users run it, equal NONE's
 (eager, in this process), logprobs close (the sampler widens the head's bf16 logits for them), and
 the model really took the fused ops (LlamaModel.fused), the final norm inside the LM head's op
-(LlamaModel.norm_in_head), which the in-process engine shows."""
+(LlamaModel.norm_in_head) and where the table says so the one-kernel MLP at one token (down_t),
+which the in-process engine shows."""
 
 from __future__ import annotations
 
@@ -42,7 +43,11 @@ def run(
     fused = None  # the model lives in the engine core's process
     if not multiprocess:
         model = llm.engine.client.core.runner.model
-        fused = [(m.fused, m.norm_in_head) for m in model.modules() if isinstance(m, LlamaModel)]
+        fused = [
+            (m.fused, m.norm_in_head, any(layer.mlp.down_t is not None for layer in m.layers))
+            for m in model.modules()
+            if isinstance(m, LlamaModel)
+        ]
         del model
     result = [o.outputs[0].token_ids for o in outs], [o.outputs[0].logprobs for o in outs], fused
     llm.shutdown()
@@ -52,14 +57,21 @@ def run(
     return result
 
 
-# 5 requests: batch 8 (the fused kernels); 13: batch 16 (the token-split tensor-core kernels,
-# Llama-3.2-1B's unfused QKV and gate/up: norm, rope and silu kernels between cuBLAS and attention)
-@pytest.mark.parametrize("num_requests", [5, 13])
+def expected_fused(name: str) -> list[tuple[bool, bool, bool]]:
+    """The model took the fused ops and the final norm in the head; its MLPs are one kernel at
+    one token where the op's table says so (Llama-3.2-1B's shape)."""
+    return [(True, True, name == "Llama-3.2-1B")]
+
+
+# 1 request: batch 1 (Llama-3.2-1B's one-kernel MLP); 5: batch 8 (the fused kernels); 13: batch
+# 16 (the token-split tensor-core kernels, Llama-3.2-1B's unfused QKV and gate/up: norm, rope and
+# silu kernels between cuBLAS and attention)
+@pytest.mark.parametrize("num_requests", [1, 5, 13])
 @pytest.mark.parametrize("name", ["SmolLM2-135M", "Llama-3.2-1B", "Qwen3-0.6B"])
 def test_full_equals_none_on_the_fused_path(name: str, num_requests: int) -> None:
     tokens_none, lps_none, fused_none = run(name, "NONE", num_requests, multiprocess=False)
     tokens_full, lps_full, _ = run(name, "FULL", num_requests, multiprocess=True)
-    assert fused_none == [(True, True)]
+    assert fused_none == expected_fused(name)
     assert tokens_full == tokens_none
     for steps_none, steps_full in zip(lps_none, lps_full):
         for entry_none, entry_full in zip(steps_none, steps_full):
@@ -78,7 +90,7 @@ def test_full_equals_none_with_the_qkv_norm_folded(
     monkeypatch.setenv("VGRAPH_FOLD_QKV_NORM", "1")
     tokens_none, _, fused_none = run(name, "NONE", num_requests, multiprocess=False)
     tokens_full, _, _ = run(name, "FULL", num_requests, multiprocess=True)
-    assert fused_none == [(True, True)]
+    assert fused_none == expected_fused(name)
     assert tokens_full == tokens_none
 
 
@@ -94,5 +106,5 @@ def test_full_equals_none_with_wide_packed_weights(
     tokens_none, _, fused_none = run(name, "NONE", num_requests, multiprocess=False)
     monkeypatch.delenv("VGRAPH_WIDE_PACK")
     tokens_full, _, _ = run(name, "FULL", num_requests, multiprocess=True)
-    assert fused_none == [(True, True)]
+    assert fused_none == expected_fused(name)
     assert tokens_full == tokens_none

@@ -4,22 +4,25 @@ Inputs are [num_tokens] ids and positions of every request in the step, concaten
 metadata comes from the ForwardContext. Qwen2 (qkv bias) and Qwen3 (per-head q/k RMSNorm) are the
 same graph with two switches, set by their subclasses.
 
-On CUDA with a CUDA build of vgraph._C that has the fused decode ops, every layer is four fused
+On CUDA with a CUDA build of vgraph._C that has the fused decode ops, every layer is three fused
 ops around attention, and the residual stream is one tensor that the O and down projections add
 into in place (the values of fused_add_rms_norm, one launch fewer per add):
-  rms_norm_qkv_rope -> attention -> linear_add_residual (O) -> rms_norm_gate_up_silu ->
-  linear_add_residual (down); after the last layer the model returns the residual stream and the
-  final RMSNorm is the prologue of the LM head, rms_norm_linear_out writing the logits in the
-  model's dtype (the sampler widens them to float32 where it needs them) and each row's greedy
-  token. Each op runs GEMV kernels for small token counts and cuBLAS above (decided inside the
-  op, so one traced graph serves every size). The KV-cache write stays with the attention layer
-  (the cache is no tensor of the traced model); the csrc backend does it in its attention launch.
+  rms_norm_qkv_rope -> attention -> linear_add_residual (O) -> rms_norm_mlp_residual (the MLP:
+  rms_norm_gate_up_silu, then linear_add_residual for the down projection, or one kernel); after
+  the last layer the model returns the residual stream and the final RMSNorm is the prologue of
+  the LM head, rms_norm_linear_out writing the logits in the model's dtype (the sampler widens
+  them to float32 where it needs them) and each row's greedy token. Each op runs GEMV kernels for
+  small token counts and cuBLAS above (decided inside the op, so one traced graph serves every
+  size). The KV-cache write stays with the attention layer (the cache is no tensor of the traced
+  model); the csrc backend does it in its attention launch.
   Elsewhere (the CPU) the torch code below, the oracle compared with transformers.
 On the fused path of a model without q / k norms (Llama, SmolLM2) each layer's input norm weight
 is folded into its QKV weight when the model loads (process_weights_after_loading;
 VGRAPH_FOLD_QKV_NORM), and the QKV op knows its norm weight is ones. On an sm_90 GPU the QKV and
 gate/up weights that the wide tensor-core GEMV runs are also packed for it, tile by tile
-(VGRAPH_WIDE_PACK), and passed to their ops beside the row-major ones.
+(VGRAPH_WIDE_PACK), and passed to their ops beside the row-major ones. Where the MLP op's table
+runs the whole MLP as one kernel (Llama-3.2-1B at one token), each down weight is also
+transposed at load for it.
 """
 
 from __future__ import annotations
@@ -150,23 +153,27 @@ class LlamaMLP(nn.Module):
         self.down_proj = row_parallel_linear(cfg["intermediate_size"], cfg["hidden_size"])
         self.act_fn = SiluAndMul()
         self.wide_packed: torch.Tensor | None = None  # gate_up_proj's, packed (as attention's)
+        # For the one-kernel MLP of rms_norm_mlp_residual: down_proj's weight transposed [I, H]
+        # and the model's scratch, shared by its layers (LlamaForCausalLM sets both), or None.
+        self.down_t: torch.Tensor | None = None
+        self.mlp_state: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [T, hidden] -> [T, hidden]
         return self.down_proj(self.act_fn(self.gate_up_proj(x)))
 
     def forward_fused(self, residual: torch.Tensor, norm: RMSNorm) -> None:
-        """residual += down(silu_and_mul(gate_up(norm(residual)))), in place; [T, hidden]."""
-        t, inter = residual.shape[0], self.down_proj.weight.shape[1]
-        act = torch.empty(t, inter, dtype=residual.dtype, device=residual.device)  # [T, I]
-        torch.ops.vgraph_C.rms_norm_gate_up_silu(
-            act,
+        """residual += down(silu_and_mul(gate_up(norm(residual)))), in place; [T, hidden]: the
+        gate/up and down ops, or at the token counts its table gives (with down_t) one kernel."""
+        torch.ops.vgraph_C.rms_norm_mlp_residual(
             residual,
             norm.weight,
             norm.eps,
             self.gate_up_proj.weight,
+            self.down_proj.weight,
+            down_t=self.down_t,
+            state=self.mlp_state,
             wide_packed=self.wide_packed,
         )
-        torch.ops.vgraph_C.linear_add_residual(residual, act, self.down_proj.weight)
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -301,6 +308,7 @@ class LlamaForCausalLM(nn.Module):
                 norm.weight.fill_(1.0)
                 attn.unit_norm = True
         self._pack_wide_weights(probe if fused else None)
+        self._prepare_one_kernel_mlp(probe if fused else None)
 
     def _pack_wide_weights(self, fused_probe: torch.Tensor | None) -> None:
         """On the fused path of an sm_90 GPU, each layer's QKV and gate/up weights packed for the
@@ -331,6 +339,25 @@ class LlamaForCausalLM(nn.Module):
             attn, mlp = layer.self_attn, layer.mlp
             attn.wide_packed = packed(attn.qkv_proj.weight, "qkv", attn.head_dim)
             mlp.wide_packed = packed(mlp.gate_up_proj.weight, "gate_up")
+
+    def _prepare_one_kernel_mlp(self, fused_probe: torch.Tensor | None) -> None:
+        """On the fused path of a GPU, for the gate/up shapes whose MLP the op's table runs as one
+        kernel (fused_mlp_tokens: Llama-3.2-1B's at one token; VGRAPH_FUSED_MLP_TOKENS=0 / 1 for
+        every shape the kernel takes, for comparisons), each layer's down weight transposed, [I,
+        H], beside the row-major one the other token counts read (0.54 GB for Llama-3.2-1B), and
+        one zeroed scratch for every layer (rms_norm_mlp_residual's down_t and state)."""
+        if fused_probe is None or not fused_probe.is_cuda:
+            return
+        state = None
+        for layer in self.model.layers:
+            mlp = layer.mlp
+            if torch.ops.vgraph_C.fused_mlp_tokens(mlp.gate_up_proj.weight) == 0:
+                continue
+            if state is None:
+                hidden = mlp.down_proj.weight.shape[0]
+                state = torch.zeros(hidden + 1, dtype=torch.int64, device=fused_probe.device)
+            mlp.down_t = mlp.down_proj.weight.t().contiguous()
+            mlp.mlp_state = state
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """input_ids, positions: [T] -> hidden states [T, hidden_size], for compute_logits (on the
