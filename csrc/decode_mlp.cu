@@ -53,6 +53,8 @@
 // order), the down projection's sum in another order (warps, then CTAs in fixed point) but
 // rounded at the same points. Within the float32 reference's tolerance; not bit-equal.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <optional>
 
 #include <ATen/ATen.h>
@@ -85,15 +87,20 @@ constexpr float kFixedScale = 4294967296.f;          // 2^32: the accumulator's 
 
 template <typename T>
 struct MlpArgs {
-  T* residual;               // [H]: the token's row, read, then written by the last CTA
+  T* residual;               // [H]: the token's row
   const T* norm_weight;      // [H]
   float eps;
   const T* gate_up;          // [2 I, H]: gate rows, then up rows
-  const T* down_t;           // [I, H]: the down projection's weight transposed
+  const T* down;             // [H, I]: the down projection's weight (kBarrier)
+  const T* down_t;           // [I, H]: the same transposed (the atomic sums)
   int H, I;
-  unsigned long long* acc;   // [H] fixed-point sums, zero between launches
-  unsigned long long* ticket;  // CTAs done, zero between launches
+  // Scratch (MlpState), zero between launches but for `gen`.
+  unsigned long long* acc;   // [H] fixed-point sums (the atomic sums)
+  T* act;                    // [I] the activations (kBarrier)
+  unsigned int* count;       // CTAs done (the atomic sums) or arrived (kBarrier)
+  unsigned int* gen;         // kBarrier: the barrier's generation, one more each launch
   int trigger_left;          // rows left to a warp when it lets the next kernel in
+  int probe;                 // measurements only, results wrong: 1 skips the cross-CTA step
   bool pdl;
   bool l2_evict_first;
 };
@@ -109,7 +116,20 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float sum)
   return sum;
 }
 
-template <typename T, int P, int D>
+__device__ __forceinline__ unsigned int load_acquire(const unsigned int* p) {
+  unsigned int v;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+#else
+  v = *reinterpret_cast<const volatile unsigned int*>(p);
+#endif
+  return v;
+}
+
+// kBarrier: the down projection row-major, each CTA its own output rows over all I activations,
+// after a grid-wide barrier (every CTA resident: the launcher's grid is at most one CTA an SM);
+// else over down_t, each CTA's partial of every output summed in fixed point by atomics.
+template <typename T, int P, int D, bool kBarrier>
 __global__ void __launch_bounds__(kMlpThreads, 1) mlp_kernel(const MlpArgs<T> a) {
   constexpr int kH = 256 * P;  // the hidden size
   constexpr int kStageVecs = P * 32;
@@ -117,25 +137,38 @@ __global__ void __launch_bounds__(kMlpThreads, 1) mlp_kernel(const MlpArgs<T> a)
   const int C = gridDim.x;
   const int i_begin = static_cast<int>(static_cast<int64_t>(blockIdx.x) * a.I / C);
   const int n = static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * a.I / C) - i_begin;
-  // This warp's units: pairs u = warp + 8 j < n, then down rows u = u2 + 8 j < 2 n.
+  // This warp's pairs: u = warp + 8 j < n.
   const int n1 = warp < n ? (n - warp + kMlpWarps - 1) / kMlpWarps : 0;
+  // Its down stages. Atomic sums: the down_t rows of units u = u2 + 8 j < 2 n (the round robin
+  // continued). kBarrier: the chunks (kH columns each) of output rows r = r2 + 8 j of the CTA's
+  // [o_begin, o_begin + n_out), r2 continuing the pairs' round robin likewise.
+  const int o_begin = static_cast<int>(static_cast<int64_t>(blockIdx.x) * kH / C);
+  const int n_out = static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * kH / C) - o_begin;
+  const int chunks = a.I / kH;  // kBarrier: a down row's chunks
   const int u2 = n + ((warp - n) % kMlpWarps + kMlpWarps) % kMlpWarps;
-  const int n2 = u2 < 2 * n ? (2 * n - u2 + kMlpWarps - 1) / kMlpWarps : 0;
+  const int r2 = ((warp - n) % kMlpWarps + kMlpWarps) % kMlpWarps;
+  const int n2 = kBarrier ? (r2 < n_out ? (n_out - r2 + kMlpWarps - 1) / kMlpWarps * chunks : 0)
+                          : (u2 < 2 * n ? (2 * n - u2 + kMlpWarps - 1) / kMlpWarps : 0);
   const int rows = 2 * n1 + n2;
 
   extern __shared__ __align__(16) unsigned char smem[];
   uint4* s_ring = reinterpret_cast<uint4*>(smem);                // [warps][D][kStageVecs]
   float* s_part = reinterpret_cast<float*>(smem);                // [warps][kH], after the rows
   T* s_x = reinterpret_cast<T*>(s_ring + kMlpWarps * D * kStageVecs);  // [kH]: the residual
-  float* s_act = reinterpret_cast<float*>(s_x + kH);             // [n]: the activations
+  float* s_act = reinterpret_cast<float*>(s_x + kH);             // [n]: the CTA's activations
+  T* s_act_all = reinterpret_cast<T*>(s_act + ((n + 3) & ~3));   // kBarrier: [I], all of them
   __shared__ bool s_last;
 
-  // Row j of this warp's stream: a gate or up row of its pairs, then a down_t row.
-  auto row_src = [&](int j) -> const uint4* {
+  // Stage j of this warp's stream: a gate or up row of its pairs, then its down stages.
+  auto stage_src = [&](int j) -> const uint4* {
     const T* p;
     if (j < 2 * n1) {
       const int64_t i = i_begin + warp + kMlpWarps * (j / 2);
       p = a.gate_up + (i + (j % 2) * static_cast<int64_t>(a.I)) * kH;
+    } else if constexpr (kBarrier) {
+      const int jj = j - 2 * n1;
+      const int64_t row = o_begin + r2 + kMlpWarps * (jj / chunks);
+      p = a.down + row * a.I + static_cast<int64_t>(jj % chunks) * kH;
     } else {
       const int64_t i = i_begin + u2 - n + kMlpWarps * (j - 2 * n1);
       p = a.down_t + i * kH;
@@ -144,12 +177,12 @@ __global__ void __launch_bounds__(kMlpThreads, 1) mlp_kernel(const MlpArgs<T> a)
   };
   uint4* ring = s_ring + warp * D * kStageVecs;
   const uint64_t policy = weight_policy(a.l2_evict_first);
-  // One commit group a row (empty past the warp's rows, so the group count stays uniform); each
-  // lane copies and reads only its own slots ([stage][p][lane]), so its own cp.async wait orders
-  // them.
+  // One commit group a stage (empty past the warp's stages, so the group count stays uniform);
+  // each lane copies and reads only its own slots ([stage][p][lane]), so its own cp.async wait
+  // orders them.
   auto issue = [&](int j) {
     if (j < rows) {
-      const uint4* src = row_src(j);
+      const uint4* src = stage_src(j);
       uint4* st = ring + (j % D) * kStageVecs;
 #pragma unroll
       for (int p = 0; p < P; ++p) cp_async16_hint(st + p * 32 + lane, src + p * 32, policy);
@@ -157,7 +190,7 @@ __global__ void __launch_bounds__(kMlpThreads, 1) mlp_kernel(const MlpArgs<T> a)
     cp_async_commit();
   };
 
-  // 1. Before the wait: the first D - 1 rows and the norm weight.
+  // 1. Before the wait: the first D - 1 stages and the norm weight.
 #pragma unroll
   for (int s = 0; s < D - 1; ++s) issue(s);
   uint4 xw[P];
@@ -178,8 +211,8 @@ __global__ void __launch_bounds__(kMlpThreads, 1) mlp_kernel(const MlpArgs<T> a)
   }
   const float inv_rms = rsqrtf(warp_sum(sq) / static_cast<float>(kH) + a.eps);
 
-  // 3. The pairs: row j waits for its stage (D - 1 groups were committed after it), the stage it
-  // refills held row j - 1, read in the previous iteration.
+  // 3. The pairs: stage j waits for its slot (D - 1 groups were committed after it); the slot it
+  // refills held stage j - 1, read in the previous iteration.
   const int trigger_j = a.pdl ? max(rows - a.trigger_left, 0) : -1;
   int j = 0;
   float gate = 0.f;
@@ -199,9 +232,67 @@ __global__ void __launch_bounds__(kMlpThreads, 1) mlp_kernel(const MlpArgs<T> a)
     } else if (lane == 0) {  // the kSiluMul epilogue's roundings
       const float g = round1<T>(gate), u = round1<T>(s);
       const float act = round1<T>(g / (1.f + expf(-g)));
-      s_act[warp + kMlpWarps * (j / 2)] = round1<T>(act * u);
+      const int i = warp + kMlpWarps * (j / 2);
+      if constexpr (kBarrier) {
+        a.act[i_begin + i] = static_cast<T>(act * u);
+      } else {
+        s_act[i] = round1<T>(act * u);
+      }
     }
   }
+
+  if constexpr (kBarrier) {
+    // 4. Every CTA's activations: a grid-wide barrier (arrivals counted, the last arrival resets
+    // the count and moves the generation on; the others wait for it), then all I of them into
+    // shared memory, from L2.
+    __threadfence();  // this thread's activations are in before the CTA arrives
+    __syncthreads();
+    if (threadIdx.x == 0 && a.probe != 1) {
+      const unsigned int gen = load_acquire(a.gen);  // before arriving: it moves only after
+      if (atomicAdd(a.count, 1u) == static_cast<unsigned int>(C - 1)) {
+        atomicExch(a.count, 0u);
+        __threadfence();
+        atomicAdd(a.gen, 1u);
+      } else {
+        while (load_acquire(a.gen) == gen) {
+        }
+      }
+      __threadfence();
+    }
+    __syncthreads();
+    const uint4* act = reinterpret_cast<const uint4*>(a.act);
+    for (int v = threadIdx.x; v < a.I / 8; v += kMlpThreads) {
+      reinterpret_cast<uint4*>(s_act_all)[v] = __ldcg(act + v);
+    }
+    __syncthreads();
+
+    // 5. The down stages: chunk k of output row r, the lane's 8 P columns of it; a row's sum
+    // (a warp reduction after its last chunk) plus its residual value, rounded as the
+    // kAddResidual epilogue, is the row's result.
+    float y = 0.f;
+    for (; j < rows; ++j) {
+      if (j == trigger_j) pdl::launch_dependents();
+      issue(j + D - 1);
+      cp_async_wait<D - 1>();
+      compiler_fence();
+      const int jj = j - 2 * n1, k = jj % chunks;
+      const uint4* st = ring + (j % D) * kStageVecs;
+      const uint4* x = reinterpret_cast<const uint4*>(s_act_all) + k * kStageVecs + lane;
+#pragma unroll
+      for (int p = 0; p < P; ++p) y = dot8<T>(st[p * 32 + lane], x[p * 32], y);
+      compiler_fence();
+      if (k == chunks - 1) {
+        y = warp_sum(y);
+        const int row = o_begin + r2 + kMlpWarps * (jj / chunks);
+        if (lane == 0) a.residual[row] = static_cast<T>(round1<T>(y) + static_cast<float>(s_x[row]));
+        y = 0.f;
+      }
+    }
+    cp_async_wait<0>();  // the trailing (empty) groups
+    if (trigger_j >= rows) pdl::launch_dependents();
+    return;
+  }
+
   __syncthreads();  // every activation of the CTA
 
   // 4. The down rows: acc[8 p + e] is column 8 (lane + 32 p) + e.
@@ -237,6 +328,7 @@ __global__ void __launch_bounds__(kMlpThreads, 1) mlp_kernel(const MlpArgs<T> a)
     part[2 * v + 1] = make_float4(acc[8 * p + 4], acc[8 * p + 5], acc[8 * p + 6], acc[8 * p + 7]);
   }
   __syncthreads();
+  if (a.probe == 1) return;
 #pragma unroll
   for (int k = 0; k < P; ++k) {
     const int col = k * kMlpThreads + threadIdx.x;
@@ -248,7 +340,7 @@ __global__ void __launch_bounds__(kMlpThreads, 1) mlp_kernel(const MlpArgs<T> a)
   }
   __threadfence();  // this thread's sums are in before the CTA counts itself done
   __syncthreads();
-  if (threadIdx.x == 0) s_last = atomicAdd(a.ticket, 1ull) == static_cast<unsigned long long>(C - 1);
+  if (threadIdx.x == 0) s_last = atomicAdd(a.count, 1u) == static_cast<unsigned int>(C - 1);
   __syncthreads();
   if (!s_last) return;
 
@@ -261,28 +353,31 @@ __global__ void __launch_bounds__(kMlpThreads, 1) mlp_kernel(const MlpArgs<T> a)
     const float y = static_cast<float>(static_cast<double>(total) * (1.0 / kFixedScale));
     a.residual[col] = static_cast<T>(round1<T>(y) + static_cast<float>(s_x[col]));
   }
-  if (threadIdx.x == 0) atomicExch(a.ticket, 0ull);
+  if (threadIdx.x == 0) atomicExch(a.count, 0u);
 }
 
-template <typename T, int P, int D>
+template <typename T, int P, int D, bool kBarrier>
 void launch_mlp(const MlpArgs<T>& a, int ctas, cudaStream_t stream) {
   const int max_n = (a.I + ctas - 1) / ctas;
   const size_t smem = static_cast<size_t>(kMlpWarps) * D * P * 32 * 16 + 256 * P * sizeof(T) +
-                      static_cast<size_t>(max_n) * sizeof(float);
-  C10_CUDA_CHECK(cudaFuncSetAttribute(mlp_kernel<T, P, D>,
+                      static_cast<size_t>((max_n + 3) & ~3) * sizeof(float) +
+                      (kBarrier ? static_cast<size_t>(a.I) * sizeof(T) : 0);
+  TORCH_CHECK(smem <= 227 * 1024, "rms_norm_mlp_residual: ", smem,
+              " bytes of shared memory a CTA; lower VGRAPH_MLP_STAGES");
+  C10_CUDA_CHECK(cudaFuncSetAttribute(mlp_kernel<T, P, D, kBarrier>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(smem)));
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg =
       pdl::launch_config(dim3(ctas), dim3(kMlpThreads), smem, stream, attr, a.pdl);
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, mlp_kernel<T, P, D>, a));
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, mlp_kernel<T, P, D, kBarrier>, a));
 }
 
-template <typename T, int P>
+template <typename T, int P, bool kBarrier>
 void launch_mlp_p(const MlpArgs<T>& a, int stages, int ctas, cudaStream_t stream) {
-  if (stages == 4) return launch_mlp<T, P, 4>(a, ctas, stream);
-  if (stages == 6) return launch_mlp<T, P, 6>(a, ctas, stream);
-  launch_mlp<T, P, kMlpStages>(a, ctas, stream);
+  if (stages == 4) return launch_mlp<T, P, 4, kBarrier>(a, ctas, stream);
+  if (stages == 6) return launch_mlp<T, P, 6, kBarrier>(a, ctas, stream);
+  launch_mlp<T, P, kMlpStages, kBarrier>(a, ctas, stream);
 }
 
 // Per gate/up shape [2 I, H]: the largest token count the one-kernel MLP takes (it has a one-token
@@ -311,28 +406,49 @@ int64_t fused_mlp_tokens(int64_t h, int64_t i, int device) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// The cross-CTA step (VGRAPH_MLP_SUM, read at each call, for comparisons): "barrier" (the down
+// projection row-major after a grid-wide barrier) or "atomic" (over down_t, fixed-point atomic
+// sums; needs down_t).
+bool mlp_barrier(bool has_down_t) {
+  const char* v = std::getenv("VGRAPH_MLP_SUM");
+  if (v == nullptr || v[0] == '\0') return true;
+  TORCH_CHECK(std::strcmp(v, "barrier") == 0 || std::strcmp(v, "atomic") == 0,
+              "VGRAPH_MLP_SUM must be barrier or atomic, got ", v);
+  TORCH_CHECK(std::strcmp(v, "barrier") == 0 || has_down_t,
+              "VGRAPH_MLP_SUM=atomic needs down_t");
+  return std::strcmp(v, "barrier") == 0;
+}
+
 template <typename T>
 void launch_for(at::Tensor& residual, const at::Tensor& norm_weight, double eps,
-                const at::Tensor& gate_up, const at::Tensor& down_t, const at::Tensor& state,
+                const at::Tensor& gate_up, const at::Tensor& down,
+                const std::optional<at::Tensor>& down_t, const at::Tensor& state, bool barrier,
                 int stages, int ctas, cudaStream_t stream) {
   MlpArgs<T> a = {};
   a.residual = static_cast<T*>(residual.data_ptr());
   a.norm_weight = static_cast<const T*>(norm_weight.data_ptr());
   a.eps = static_cast<float>(eps);
   a.gate_up = static_cast<const T*>(gate_up.data_ptr());
-  a.down_t = static_cast<const T*>(down_t.data_ptr());
+  a.down = static_cast<const T*>(down.data_ptr());
+  a.down_t = down_t ? static_cast<const T*>(down_t->data_ptr()) : nullptr;
   a.H = static_cast<int>(residual.size(1));
-  a.I = static_cast<int>(down_t.size(0));
-  a.acc = reinterpret_cast<unsigned long long*>(state.data_ptr<int64_t>());
-  a.ticket = a.acc + a.H;
+  a.I = static_cast<int>(down.size(1));
+  // state: [0, H) the sums, [H, H + I) the activations (I of T fit), then the count, the gen.
+  int64_t* words = state.data_ptr<int64_t>();
+  a.acc = reinterpret_cast<unsigned long long*>(words);
+  a.act = reinterpret_cast<T*>(words + a.H);
+  a.count = reinterpret_cast<unsigned int*>(words + a.H + a.I);
+  a.gen = reinterpret_cast<unsigned int*>(words + a.H + a.I + 1);
   a.pdl = pdl::enabled();
   a.trigger_left = env_int("VGRAPH_MLP_TRIGGER_LEFT", stages - 1, 0, 1 << 16);
+  a.probe = env_int("VGRAPH_MLP_PROBE", 0, 0, 1);
   a.l2_evict_first = env_int("VGRAPH_GEMV_L2_EVICT_FIRST", 1, 0, 1) == 1;
   if (a.H == 2048) {
-    launch_mlp_p<T, 8>(a, stages, ctas, stream);
-  } else {
-    launch_mlp_p<T, 4>(a, stages, ctas, stream);
+    if (barrier) return launch_mlp_p<T, 8, true>(a, stages, ctas, stream);
+    return launch_mlp_p<T, 8, false>(a, stages, ctas, stream);
   }
+  if (barrier) return launch_mlp_p<T, 4, true>(a, stages, ctas, stream);
+  launch_mlp_p<T, 4, false>(a, stages, ctas, stream);
 }
 
 void rms_norm_mlp_residual_cuda(at::Tensor& residual, const at::Tensor& norm_weight, double eps,
@@ -348,25 +464,29 @@ void rms_norm_mlp_residual_cuda(at::Tensor& residual, const at::Tensor& norm_wei
   const int device = residual.device().index();
   const int64_t limit = max_fused_tokens.value_or(fused_mlp_tokens(h, inter, device));
   const auto dt = residual.scalar_type();
-  const bool one_kernel = down_t && m <= std::min<int64_t>(limit, 1) && mlp_hidden_ok(h) &&
-                          compute_major(device) >= 8 && (dt == at::kHalf || dt == at::kBFloat16) &&
+  const bool one_kernel = state && m <= std::min<int64_t>(limit, 1) && mlp_hidden_ok(h) &&
+                          inter % h == 0 && compute_major(device) >= 8 &&
+                          (dt == at::kHalf || dt == at::kBFloat16) &&
                           aligned16(residual.data_ptr()) && aligned16(norm_weight.data_ptr()) &&
-                          aligned16(gate_up.data_ptr()) && aligned16(down_t->data_ptr()) &&
-                          inter < (1LL << 30);
+                          aligned16(gate_up.data_ptr()) && aligned16(down.data_ptr()) &&
+                          (!down_t || aligned16(down_t->data_ptr())) && inter < (1LL << 30);
   if (!one_kernel) return mlp_two_ops_cuda(residual, norm_weight, eps, gate_up, down, wide_packed);
+  const bool barrier = mlp_barrier(down_t.has_value());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   // Switches for comparisons, read at each call (a graph keeps what it was captured with):
-  // VGRAPH_MLP_STAGES (the ring's rows a warp, 4-6), VGRAPH_MLP_TRIGGER_LEFT (rows left to a warp
-  // when it lets the next kernel in; 0: after its rows), VGRAPH_MLP_CTAS (the grid; default one
-  // CTA an SM).
+  // VGRAPH_MLP_STAGES (the ring's stages a warp, 4-6), VGRAPH_MLP_TRIGGER_LEFT (stages left to a
+  // warp when it lets the next kernel in; 0: after its stages), VGRAPH_MLP_CTAS (the grid;
+  // default and at most with the barrier one CTA an SM), VGRAPH_MLP_PROBE=1 (no cross-CTA step:
+  // results wrong, for measurements only).
   const int stages = env_int("VGRAPH_MLP_STAGES", kMlpStages, kMlpMinStages, kMlpMaxStages);
-  const int ctas = env_int("VGRAPH_MLP_CTAS", num_sms(device), 1, 1 << 16);
+  const int sms = num_sms(device);
+  const int ctas = env_int("VGRAPH_MLP_CTAS", sms, 1, barrier ? sms : 1 << 16);
   AT_DISPATCH_SWITCH(dt, "rms_norm_mlp_residual_cuda", AT_DISPATCH_CASE(at::kHalf, [&] {
-    launch_for<scalar_t>(residual, norm_weight, eps, gate_up, *down_t, *state, stages, ctas,
-                         stream);
+    launch_for<scalar_t>(residual, norm_weight, eps, gate_up, down, down_t, *state, barrier,
+                         stages, ctas, stream);
   }) AT_DISPATCH_CASE(at::kBFloat16, [&] {
-    launch_for<scalar_t>(residual, norm_weight, eps, gate_up, *down_t, *state, stages, ctas,
-                         stream);
+    launch_for<scalar_t>(residual, norm_weight, eps, gate_up, down, down_t, *state, barrier,
+                         stages, ctas, stream);
   }));
 }
 

@@ -1,8 +1,9 @@
 """rms_norm_mlp_residual, a decoder layer's MLP on the residual stream in one op: against a float32
 torch reference (relative norm) on the shapes of the three shipped configs and an odd one; on CUDA
-its one-kernel path at one token (csrc/decode_mlp.cu) against the two fused ops it replaces, at
-every grid, ring depth and trigger point, deterministic (bit-equal call after call, its scratch
-back to zero), inside a captured CUDA graph replayed with new inputs, and the table that picks it
+its one-kernel path at one token (csrc/decode_mlp.cu), in both cross-CTA forms (a grid-wide
+barrier, fixed-point atomic sums), against the two fused ops it replaces, at every grid, ring
+depth and trigger point, deterministic (bit-equal call after call, its scratch back to zero),
+inside a captured CUDA graph replayed with new inputs, and the table that picks it
 (fused_mlp_tokens). CPU always, CUDA under the `gpu` marker.
 """
 
@@ -39,7 +40,7 @@ class Mlp:
         self.down_t = self.w_down.t().contiguous()  # [I, H]
         self.norm_w = rand(hidden, seed=6, scale=0.2, **kw) + 1.0
         self.residual = rand(num_tokens, hidden, seed=10 + num_tokens, scale=4.0, **kw)
-        self.state = torch.zeros(hidden + 1, dtype=torch.int64, device=device)
+        self.state = torch.zeros(hidden + inter + 2, dtype=torch.int64, device=device)
 
     def run(self, max_fused_tokens: int | None = None, one_kernel: bool = True) -> torch.Tensor:
         residual = self.residual.clone()
@@ -49,6 +50,12 @@ class Mlp:
             max_fused_tokens=max_fused_tokens,
         )  # fmt: skip
         return residual
+
+    def scratch_clear(self) -> bool:
+        """The scratch is zero again but for its last word (the barrier's generation) and the
+        activations the barrier form leaves in [H, H + I)."""
+        h = self.hidden
+        return bool((self.state[:h] == 0).all() and (self.state[h + self.inter] == 0).all())
 
     def two_ops(self) -> torch.Tensor:
         """The fused ops the model called before: rms_norm_gate_up_silu, linear_add_residual."""
@@ -78,30 +85,36 @@ def test_mlp_matches_float32_reference(shape: str, num_tokens: int, device: str)
         for max_fused, one_kernel in ((1, True), (0, True), (None, False)):
             err = rel_err(m.run(max_fused, one_kernel), ref)
             assert err < REL_TOL[dtype], (dtype, max_fused, one_kernel, err)
-        assert (m.state == 0).all()
+        assert m.scratch_clear()
 
 
 @pytest.mark.parametrize("device", [CUDA])
+@pytest.mark.parametrize("form", ["barrier", "atomic"])
 @pytest.mark.parametrize("shape", ONE_KERNEL)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_one_kernel_agrees_with_the_two_ops(
-    shape: str, dtype: torch.dtype, device: str, monkeypatch: pytest.MonkeyPatch
+    shape: str, dtype: torch.dtype, form: str, device: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """At one token the kernel's result is the two ops' within the path tolerance (other fp32
-    orders, the same roundings) at every grid (1 CTA, an odd count, past the SM count, the
-    default), ring depth and trigger point; each call writes the same bits (fixed-point sums:
-    the CTAs' order does not matter) and leaves its scratch zero."""
+    orders, the same roundings) at every grid (1 CTA, an odd count, the default; past the SM
+    count for the atomic form, which needs no CTA resident with another), ring depth and trigger
+    point; each call writes the same bits (the barrier form's sums have one order; the atomic
+    form's are fixed point, so the CTAs' order does not matter) and leaves its scratch clear."""
+    monkeypatch.setenv("VGRAPH_MLP_SUM", form)
     m = Mlp(shape, 1, dtype, device)
     want = m.two_ops()
-    for ctas, stages, trigger in (("", "", ""), ("1", "", ""), ("7", "4", "0"), ("301", "6", "1"),
-                                  ("", "4", ""), ("", "6", "0"), ("", "", "9")):  # fmt: skip
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    wide = str(3 * sms + 1 if form == "atomic" else sms - 1)  # past the SMs / one short of them
+    grids = [("", "", ""), ("1", "", ""), ("7", "4", "0"), ("", "4", ""), ("", "6", "0"),
+             ("", "", "9"), (wide, "6", "1")]  # fmt: skip
+    for ctas, stages, trigger in grids:
         monkeypatch.setenv("VGRAPH_MLP_CTAS", ctas)
         monkeypatch.setenv("VGRAPH_MLP_STAGES", stages)
         monkeypatch.setenv("VGRAPH_MLP_TRIGGER_LEFT", trigger)
         msg = f"ctas {ctas} stages {stages} trigger {trigger}"
         first = m.run(1)
         assert rel_err(first, want) < PATH_TOL[dtype], msg
-        assert (m.state == 0).all(), msg
+        assert m.scratch_clear(), msg
         for _ in range(3):
             torch.testing.assert_close(m.run(1), first, rtol=0, atol=0, msg=msg)
     monkeypatch.setenv("VGRAPH_MLP_CTAS", "")
@@ -111,6 +124,25 @@ def test_one_kernel_agrees_with_the_two_ops(
     torch.testing.assert_close(m.run(0), want, rtol=0, atol=0)
     two = Mlp(shape, 2, dtype, device)
     torch.testing.assert_close(two.run(1), two.two_ops(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", [CUDA])
+def test_one_kernel_switches_are_checked(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The barrier form refuses a grid past one CTA an SM (its CTAs must all be resident), the
+    atomic form a call without down_t, and VGRAPH_MLP_SUM anything but its two forms."""
+    m = Mlp("Llama-3.2-1B", 1, torch.bfloat16, device)
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    monkeypatch.setenv("VGRAPH_MLP_CTAS", str(sms + 1))
+    with pytest.raises(RuntimeError, match=f"VGRAPH_MLP_CTAS must be an integer in \\[1, {sms}\\]"):
+        m.run(1)
+    monkeypatch.setenv("VGRAPH_MLP_CTAS", "")
+    monkeypatch.setenv("VGRAPH_MLP_SUM", "atomic")
+    m.down_t = None
+    with pytest.raises(RuntimeError, match="VGRAPH_MLP_SUM=atomic needs down_t"):
+        m.run(1)
+    monkeypatch.setenv("VGRAPH_MLP_SUM", "tree")
+    with pytest.raises(RuntimeError, match="VGRAPH_MLP_SUM must be barrier or atomic, got tree"):
+        m.run(1)
 
 
 @pytest.mark.parametrize("device", [CUDA])
@@ -146,7 +178,7 @@ def test_one_kernel_replays_in_a_cuda_graph(device: str) -> None:
         graph.replay()
         torch.cuda.synchronize()
         torch.testing.assert_close(residual, want, rtol=0, atol=0, msg=str(seed))
-        assert (a.state == 0).all()
+        assert a.scratch_clear()
 
 
 @pytest.mark.parametrize("device", [CUDA])
@@ -189,12 +221,10 @@ def test_bad_arguments_are_rejected() -> None:
         call(down_t=m.w_down)
     with pytest.raises(RuntimeError, match="down_t must be contiguous"):
         call(down_t=m.w_down.t())
-    with pytest.raises(RuntimeError, match="down_t and state come together"):
-        call(state=None)
-    with pytest.raises(RuntimeError, match="state must be contiguous int64 \\[>= H \\+ 1 = 201\\]"):
-        call(state=torch.zeros(200, dtype=torch.int64))
+    with pytest.raises(RuntimeError, match="int64 \\[>= H \\+ I \\+ 2 = 466\\]"):
+        call(state=torch.zeros(465, dtype=torch.int64))
     with pytest.raises(RuntimeError, match="state must be contiguous int64"):
-        call(state=torch.zeros(201, dtype=torch.int32))
+        call(state=torch.zeros(466, dtype=torch.int32))
     with pytest.raises(RuntimeError, match="gate_up_weight rows 263 must be even"):
         call(gate_up_weight=m.w_gu[:263])
     with pytest.raises(RuntimeError, match="down_weight must have residual's dtype"):

@@ -354,8 +354,9 @@ class LlamaForCausalLM(nn.Module):
             if torch.ops.vgraph_C.fused_mlp_tokens(mlp.gate_up_proj.weight) == 0:
                 continue
             if state is None:
-                hidden = mlp.down_proj.weight.shape[0]
-                state = torch.zeros(hidden + 1, dtype=torch.int64, device=fused_probe.device)
+                hidden, inter = mlp.down_proj.weight.shape
+                device = fused_probe.device
+                state = torch.zeros(hidden + inter + 2, dtype=torch.int64, device=device)
             mlp.down_t = mlp.down_proj.weight.t().contiguous()
             mlp.mlp_state = state
 
