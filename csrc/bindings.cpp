@@ -103,14 +103,12 @@ TORCH_LIBRARY(vgraph_C, m) {
   // A decoder layer's MLP on the residual stream, in place: residual [num_tokens, H] +=
   // silu_and_mul(rms_norm(residual) W_gu^T) W_d^T, gate_up_weight W_gu [2 * I, H] (gate rows |
   // up rows), down_weight W_d [H, I]: rms_norm_gate_up_silu (with wide_packed), then
-  // linear_add_residual. On CUDA, given state (int64 [>= H + I + 2], zeroed once: the kernel's
-  // scratch, zero again after each call but for its last word), up to max_fused_tokens (default
-  // fused_mlp_tokens: 1 for the measured shapes, else 0) tokens one kernel instead
-  // (csrc/decode_mlp.cu); down_t = W_d^T [I, H] (contiguous) only for its atomic form
-  // (VGRAPH_MLP_SUM=atomic, comparisons).
+  // linear_add_residual. On CUDA, given state (int64 [>= (I + 3) / 4 + 2], zeroed once: the
+  // kernel's scratch), up to max_fused_tokens (default fused_mlp_tokens: 1 for the measured
+  // shapes, else 0) tokens one kernel instead (csrc/decode_mlp.cu).
   m.def(
       "rms_norm_mlp_residual(Tensor(a!) residual, Tensor norm_weight, float eps, "
-      "Tensor gate_up_weight, Tensor down_weight, Tensor? down_t=None, Tensor(b!)? state=None, "
+      "Tensor gate_up_weight, Tensor down_weight, Tensor(b!)? state=None, "
       "Tensor? wide_packed=None, int? max_fused_tokens=None) -> ()");
   // The token count up to which rms_norm_mlp_residual runs its one kernel by default for this
   // gate/up shape; 0: never (the CPU, shapes not measured).

@@ -144,12 +144,10 @@ void check_rms_norm_gate_up_silu(const at::Tensor& out, const at::Tensor& hidden
 }
 
 // residual [M, H] += silu_and_mul(rms_norm(residual) W_gu^T) W_d^T: gate_up [2 I, H] (gate rows,
-// then up rows) and down [H, I] contiguous, residual's dtype and device; state int64
-// [>= H + I + 2] (the CUDA kernel's scratch, zero between calls but for its last word) and
-// down_t [I, H] (W_d^T, contiguous; read by the kernel's atomic form only) are optional.
+// then up rows) and down [H, I] contiguous, residual's dtype and device; state (optional: the
+// CUDA kernel's scratch) int64 [>= (I + 3) / 4 + 2], zeroed once.
 void check_rms_norm_mlp_residual(const at::Tensor& residual, const at::Tensor& norm_weight,
                                  const at::Tensor& gate_up, const at::Tensor& down,
-                                 const std::optional<at::Tensor>& down_t,
                                  const std::optional<at::Tensor>& state) {
   check_norm_prologue(residual, norm_weight);
   check_weight(gate_up, residual, -1);
@@ -161,20 +159,12 @@ void check_rms_norm_mlp_residual(const at::Tensor& residual, const at::Tensor& n
   TORCH_CHECK(down.is_contiguous(), "down_weight must be contiguous");
   TORCH_CHECK(down.scalar_type() == residual.scalar_type() && down.device() == residual.device(),
               "down_weight must have residual's dtype and device");
-  if (down_t) {
-    TORCH_CHECK(down_t->dim() == 2 && down_t->size(0) == inter && down_t->size(1) == h,
-                "down_t must be [I = ", inter, ", H = ", h, "] (down_weight transposed), got ",
-                down_t->sizes());
-    TORCH_CHECK(down_t->is_contiguous(), "down_t must be contiguous");
-    TORCH_CHECK(down_t->scalar_type() == residual.scalar_type() &&
-                    down_t->device() == residual.device(),
-                "down_t must have residual's dtype and device");
-  }
   if (state) {
+    const int64_t words = (inter + 3) / 4 + 2;
     TORCH_CHECK(state->dim() == 1 && state->scalar_type() == at::kLong &&
-                    state->is_contiguous() && state->size(0) >= h + inter + 2 &&
+                    state->is_contiguous() && state->size(0) >= words &&
                     state->device() == residual.device(),
-                "state must be contiguous int64 [>= H + I + 2 = ", h + inter + 2, "] on ",
+                "state must be contiguous int64 [>= (I + 3) / 4 + 2 = ", words, "] on ",
                 residual.device(), ", got ", state->scalar_type(), " ", state->sizes(), " on ",
                 state->device());
   }

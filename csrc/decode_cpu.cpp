@@ -72,11 +72,10 @@ void rms_norm_gate_up_silu_cpu(at::Tensor& out, const at::Tensor& hidden,
 
 void rms_norm_mlp_residual_cpu(at::Tensor& residual, const at::Tensor& norm_weight, double eps,
                                const at::Tensor& gate_up, const at::Tensor& down,
-                               const std::optional<at::Tensor>& down_t,
                                const std::optional<at::Tensor>& state,
                                const std::optional<at::Tensor>& /*wide_packed: CUDA's*/,
                                std::optional<int64_t> /*max_fused_tokens*/) {
-  check_rms_norm_mlp_residual(residual, norm_weight, gate_up, down, down_t, state);
+  check_rms_norm_mlp_residual(residual, norm_weight, gate_up, down, state);
   CpuPath::rms_norm_mlp_residual(residual, norm_weight, eps, gate_up, down);
 }
 

@@ -169,7 +169,6 @@ def _register_fakes() -> None:
         eps,
         gate_up_weight,
         down_weight,
-        down_t=None,
         state=None,
         wide_packed=None,
         max_fused_tokens=None,

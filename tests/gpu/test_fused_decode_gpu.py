@@ -2,7 +2,7 @@
 tokens of FULL graphs, with the engine core in its own process as users run it, equal NONE's
 (eager, in this process), logprobs close (the sampler widens the head's bf16 logits for them), and
 the model really took the fused ops (LlamaModel.fused), the final norm inside the LM head's op
-(LlamaModel.norm_in_head) and where the table says so the one-kernel MLP at one token (down_t),
+(LlamaModel.norm_in_head) and where the table says so the one-kernel MLP at one token (its state),
 which the in-process engine shows."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def run(
     if not multiprocess:
         model = llm.engine.client.core.runner.model
         fused = [
-            (m.fused, m.norm_in_head, any(layer.mlp.down_t is not None for layer in m.layers))
+            (m.fused, m.norm_in_head, any(layer.mlp.mlp_state is not None for layer in m.layers))
             for m in model.modules()
             if isinstance(m, LlamaModel)
         ]

@@ -1,10 +1,9 @@
 """rms_norm_mlp_residual, a decoder layer's MLP on the residual stream in one op: against a float32
 torch reference (relative norm) on the shapes of the three shipped configs and an odd one; on CUDA
-its one-kernel path at one token (csrc/decode_mlp.cu), in both cross-CTA forms (a grid-wide
-barrier, fixed-point atomic sums), against the two fused ops it replaces, at every grid, ring
-depth and trigger point, deterministic (bit-equal call after call, its scratch back to zero),
-inside a captured CUDA graph replayed with new inputs, and the table that picks it
-(fused_mlp_tokens). CPU always, CUDA under the `gpu` marker.
+its one-kernel path at one token (csrc/decode_mlp.cu) against the two fused ops it replaces, at
+every grid, ring depth and trigger point, deterministic (bit-equal call after call, its barrier's
+count back to zero), inside a captured CUDA graph replayed with new inputs, and the table that
+picks it (fused_mlp_tokens). CPU always, CUDA under the `gpu` marker.
 """
 
 from __future__ import annotations
@@ -37,25 +36,21 @@ class Mlp:
         self.hidden, self.inter = hidden, inter
         self.w_gu = rand(2 * inter, hidden, seed=4, scale=hidden**-0.5, **kw)  # [2 I, H]
         self.w_down = rand(hidden, inter, seed=5, scale=inter**-0.5, **kw)  # [H, I]
-        self.down_t = self.w_down.t().contiguous()  # [I, H]
         self.norm_w = rand(hidden, seed=6, scale=0.2, **kw) + 1.0
         self.residual = rand(num_tokens, hidden, seed=10 + num_tokens, scale=4.0, **kw)
-        self.state = torch.zeros(hidden + inter + 2, dtype=torch.int64, device=device)
+        self.state = torch.zeros((inter + 3) // 4 + 2, dtype=torch.int64, device=device)
 
     def run(self, max_fused_tokens: int | None = None, one_kernel: bool = True) -> torch.Tensor:
         residual = self.residual.clone()
         OPS.rms_norm_mlp_residual(
             residual, self.norm_w, EPS, self.w_gu, self.w_down,
-            down_t=self.down_t if one_kernel else None, state=self.state if one_kernel else None,
-            max_fused_tokens=max_fused_tokens,
+            state=self.state if one_kernel else None, max_fused_tokens=max_fused_tokens,
         )  # fmt: skip
         return residual
 
     def scratch_clear(self) -> bool:
-        """The scratch is zero again but for its last word (the barrier's generation) and the
-        activations the barrier form leaves in [H, H + I)."""
-        h = self.hidden
-        return bool((self.state[:h] == 0).all() and (self.state[h + self.inter] == 0).all())
+        """The barrier's arrival count (the scratch's word after the activations) is zero again."""
+        return bool(self.state[-2] == 0)
 
     def two_ops(self) -> torch.Tensor:
         """The fused ops the model called before: rms_norm_gate_up_silu, linear_add_residual."""
@@ -78,7 +73,7 @@ class Mlp:
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_mlp_matches_float32_reference(shape: str, num_tokens: int, device: str) -> None:
     """Every path: the one kernel (one token, max_fused_tokens=1, on the hidden sizes it takes),
-    the two ops (more tokens, no down_t, other hidden sizes) and the CPU's unfused sequence."""
+    the two ops (more tokens, no state, other hidden sizes) and the CPU's unfused sequence."""
     for dtype in dtypes_for(device):
         m = Mlp(shape, num_tokens, dtype, device)
         ref = m.ref()
@@ -89,24 +84,20 @@ def test_mlp_matches_float32_reference(shape: str, num_tokens: int, device: str)
 
 
 @pytest.mark.parametrize("device", [CUDA])
-@pytest.mark.parametrize("form", ["barrier", "atomic"])
 @pytest.mark.parametrize("shape", ONE_KERNEL)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_one_kernel_agrees_with_the_two_ops(
-    shape: str, dtype: torch.dtype, form: str, device: str, monkeypatch: pytest.MonkeyPatch
+    shape: str, dtype: torch.dtype, device: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """At one token the kernel's result is the two ops' within the path tolerance (other fp32
-    orders, the same roundings) at every grid (1 CTA, an odd count, the default; past the SM
-    count for the atomic form, which needs no CTA resident with another), ring depth and trigger
-    point; each call writes the same bits (the barrier form's sums have one order; the atomic
-    form's are fixed point, so the CTAs' order does not matter) and leaves its scratch clear."""
-    monkeypatch.setenv("VGRAPH_MLP_SUM", form)
+    orders, the same roundings) at every grid (1 CTA, an odd count, one short of the SMs, the
+    default: one an SM), ring depth and trigger point; each call writes the same bits (every sum
+    has one order) and leaves its barrier's count at zero."""
     m = Mlp(shape, 1, dtype, device)
     want = m.two_ops()
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    wide = str(3 * sms + 1 if form == "atomic" else sms - 1)  # past the SMs / one short of them
-    grids = [("", "", ""), ("1", "", ""), ("7", "4", "0"), ("", "4", ""), ("", "6", "0"),
-             ("", "", "9"), (wide, "6", "1")]  # fmt: skip
+    sms = str(torch.cuda.get_device_properties(device).multi_processor_count - 1)
+    grids = [("", "", ""), ("1", "", ""), ("7", "4", "0"), ("", "4", ""), ("", "5", "0"),
+             ("", "", "9"), (sms, "5", "1")]  # fmt: skip
     for ctas, stages, trigger in grids:
         monkeypatch.setenv("VGRAPH_MLP_CTAS", ctas)
         monkeypatch.setenv("VGRAPH_MLP_STAGES", stages)
@@ -128,20 +119,16 @@ def test_one_kernel_agrees_with_the_two_ops(
 
 @pytest.mark.parametrize("device", [CUDA])
 def test_one_kernel_switches_are_checked(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The barrier form refuses a grid past one CTA an SM (its CTAs must all be resident), the
-    atomic form a call without down_t, and VGRAPH_MLP_SUM anything but its two forms."""
+    """The kernel refuses a grid past one CTA an SM (its CTAs must all be resident at the barrier)
+    and a ring deeper than its shared memory holds, naming the switch."""
     m = Mlp("Llama-3.2-1B", 1, torch.bfloat16, device)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     monkeypatch.setenv("VGRAPH_MLP_CTAS", str(sms + 1))
     with pytest.raises(RuntimeError, match=f"VGRAPH_MLP_CTAS must be an integer in \\[1, {sms}\\]"):
         m.run(1)
     monkeypatch.setenv("VGRAPH_MLP_CTAS", "")
-    monkeypatch.setenv("VGRAPH_MLP_SUM", "atomic")
-    m.down_t = None
-    with pytest.raises(RuntimeError, match="VGRAPH_MLP_SUM=atomic needs down_t"):
-        m.run(1)
-    monkeypatch.setenv("VGRAPH_MLP_SUM", "tree")
-    with pytest.raises(RuntimeError, match="VGRAPH_MLP_SUM must be barrier or atomic, got tree"):
+    monkeypatch.setenv("VGRAPH_MLP_STAGES", "7")
+    with pytest.raises(RuntimeError, match="VGRAPH_MLP_STAGES must be an integer in \\[4, 6\\]"):
         m.run(1)
 
 
@@ -151,15 +138,14 @@ def test_one_kernel_replays_in_a_cuda_graph(device: str) -> None:
     replayed with new residual values: each replay equals the eager calls."""
     a = Mlp("Llama-3.2-1B", 1, torch.bfloat16, device)
     b = Mlp("Llama-3.2-1B", 1, torch.bfloat16, device)
-    b.w_gu, b.down_t = a.w_gu.flip(0).contiguous(), a.down_t.flip(1).contiguous()
-    b.w_down = b.down_t.t().contiguous()
+    b.w_gu, b.w_down = a.w_gu.flip(0).contiguous(), a.w_down.flip(0).contiguous()
     b.state = a.state
     residual = a.residual.clone()
 
     def step() -> None:
         for m in (a, b):
-            OPS.rms_norm_mlp_residual(residual, m.norm_w, EPS, m.w_gu, m.w_down, down_t=m.down_t,
-                                      state=m.state, max_fused_tokens=1)  # fmt: skip
+            OPS.rms_norm_mlp_residual(residual, m.norm_w, EPS, m.w_gu, m.w_down, state=m.state,
+                                      max_fused_tokens=1)  # fmt: skip
 
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -211,20 +197,18 @@ def test_bad_arguments_are_rejected() -> None:
 
     def call(**kw) -> None:
         args = {"norm_weight": m.norm_w, "eps": EPS, "gate_up_weight": m.w_gu,
-                "down_weight": m.w_down, "down_t": m.down_t, "state": m.state}  # fmt: skip
+                "down_weight": m.w_down, "state": m.state}  # fmt: skip
         args.update(kw)
         OPS.rms_norm_mlp_residual(residual, **args)
 
     with pytest.raises(RuntimeError, match="down_weight must be \\[H = 200, I = 264\\]"):
-        call(down_weight=m.down_t)
-    with pytest.raises(RuntimeError, match="down_t must be \\[I = 264, H = 200\\]"):
-        call(down_t=m.w_down)
-    with pytest.raises(RuntimeError, match="down_t must be contiguous"):
-        call(down_t=m.w_down.t())
-    with pytest.raises(RuntimeError, match="int64 \\[>= H \\+ I \\+ 2 = 466\\]"):
-        call(state=torch.zeros(465, dtype=torch.int64))
+        call(down_weight=m.w_down.t().contiguous())
+    with pytest.raises(RuntimeError, match="down_weight must be contiguous"):
+        call(down_weight=m.w_down.t().contiguous().t())
+    with pytest.raises(RuntimeError, match="int64 \\[>= \\(I \\+ 3\\) / 4 \\+ 2 = 68\\]"):
+        call(state=torch.zeros(67, dtype=torch.int64))
     with pytest.raises(RuntimeError, match="state must be contiguous int64"):
-        call(state=torch.zeros(466, dtype=torch.int32))
+        call(state=torch.zeros(68, dtype=torch.int32))
     with pytest.raises(RuntimeError, match="gate_up_weight rows 263 must be even"):
         call(gate_up_weight=m.w_gu[:263])
     with pytest.raises(RuntimeError, match="down_weight must have residual's dtype"):

@@ -21,8 +21,7 @@ is folded into its QKV weight when the model loads (process_weights_after_loadin
 VGRAPH_FOLD_QKV_NORM), and the QKV op knows its norm weight is ones. On an sm_90 GPU the QKV and
 gate/up weights that the wide tensor-core GEMV runs are also packed for it, tile by tile
 (VGRAPH_WIDE_PACK), and passed to their ops beside the row-major ones. Where the MLP op's table
-runs the whole MLP as one kernel (Llama-3.2-1B at one token), each down weight is also
-transposed at load for it.
+runs the whole MLP as one kernel (Llama-3.2-1B at one token), the model gives it its scratch.
 """
 
 from __future__ import annotations
@@ -153,9 +152,8 @@ class LlamaMLP(nn.Module):
         self.down_proj = row_parallel_linear(cfg["intermediate_size"], cfg["hidden_size"])
         self.act_fn = SiluAndMul()
         self.wide_packed: torch.Tensor | None = None  # gate_up_proj's, packed (as attention's)
-        # For the one-kernel MLP of rms_norm_mlp_residual: down_proj's weight transposed [I, H]
-        # and the model's scratch, shared by its layers (LlamaForCausalLM sets both), or None.
-        self.down_t: torch.Tensor | None = None
+        # The one-kernel MLP's scratch, shared by the model's layers (LlamaForCausalLM sets it
+        # where the op's table runs it), or None: the gate/up and down ops at every token count.
         self.mlp_state: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [T, hidden] -> [T, hidden]
@@ -163,14 +161,13 @@ class LlamaMLP(nn.Module):
 
     def forward_fused(self, residual: torch.Tensor, norm: RMSNorm) -> None:
         """residual += down(silu_and_mul(gate_up(norm(residual)))), in place; [T, hidden]: the
-        gate/up and down ops, or at the token counts its table gives (with down_t) one kernel."""
+        gate/up and down ops, or at the token counts its table gives (with mlp_state) one kernel."""
         torch.ops.vgraph_C.rms_norm_mlp_residual(
             residual,
             norm.weight,
             norm.eps,
             self.gate_up_proj.weight,
             self.down_proj.weight,
-            down_t=self.down_t,
             state=self.mlp_state,
             wide_packed=self.wide_packed,
         )
@@ -342,10 +339,9 @@ class LlamaForCausalLM(nn.Module):
 
     def _prepare_one_kernel_mlp(self, fused_probe: torch.Tensor | None) -> None:
         """On the fused path of a GPU, for the gate/up shapes whose MLP the op's table runs as one
-        kernel (fused_mlp_tokens: Llama-3.2-1B's at one token; VGRAPH_FUSED_MLP_TOKENS=0 / 1 for
-        every shape the kernel takes, for comparisons), each layer's down weight transposed, [I,
-        H], beside the row-major one the other token counts read (0.54 GB for Llama-3.2-1B), and
-        one zeroed scratch for every layer (rms_norm_mlp_residual's down_t and state)."""
+        kernel at one token (fused_mlp_tokens: Llama-3.2-1B's; VGRAPH_FUSED_MLP_TOKENS=0 / 1 for
+        every shape the kernel takes, for comparisons), the kernel's zeroed scratch, one for every
+        layer (rms_norm_mlp_residual's state)."""
         if fused_probe is None or not fused_probe.is_cuda:
             return
         state = None
@@ -354,10 +350,8 @@ class LlamaForCausalLM(nn.Module):
             if torch.ops.vgraph_C.fused_mlp_tokens(mlp.gate_up_proj.weight) == 0:
                 continue
             if state is None:
-                hidden, inter = mlp.down_proj.weight.shape
-                device = fused_probe.device
-                state = torch.zeros(hidden + inter + 2, dtype=torch.int64, device=device)
-            mlp.down_t = mlp.down_proj.weight.t().contiguous()
+                words = (mlp.down_proj.weight.shape[1] + 3) // 4 + 2  # csrc/decode_mlp.cu
+                state = torch.zeros(words, dtype=torch.int64, device=fused_probe.device)
             mlp.mlp_state = state
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
