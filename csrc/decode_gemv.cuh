@@ -1,5 +1,6 @@
 // Definitions of the GEMV kernel declared in decode_gemv.h (see decode_cuda.cu for its design).
-// Included only by the decode_gemv_*.cu files, each instantiating one epilogue.
+// Included by the decode_gemv_*.cu files, each instantiating one epilogue, and by decode_mlp.cu
+// for the shared device helpers (16-bit packing, warp sums, the weights' L2 policy).
 #pragma once
 
 #include <cuda_bf16.h>

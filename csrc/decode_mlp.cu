@@ -211,56 +211,56 @@ __global__ void __launch_bounds__(kMlpThreads, 1) mlp_kernel(const MlpArgs<T> a)
     }
   }
 
-  {
-    // 4. Every CTA's activations: a grid-wide barrier (arrivals counted, the last arrival resets
-    // the count and moves the generation on; the others wait for it), then all I of them into
-    // shared memory, from L2.
-    __threadfence();  // this thread's activations are in before the CTA arrives
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      const unsigned int gen = load_acquire(a.gen);  // before arriving: it moves only after
-      if (atomicAdd(a.count, 1u) == static_cast<unsigned int>(C - 1)) {
-        atomicExch(a.count, 0u);
-        __threadfence();
-        atomicAdd(a.gen, 1u);
-      } else {
-        while (load_acquire(a.gen) == gen) {
-        }
-      }
+  // 4. Every CTA's activations: a grid-wide barrier (arrivals counted, the last arrival resets
+  // the count and moves the generation on; the others wait for it), then all I of them into
+  // shared memory, from L2.
+  __threadfence();  // this thread's activations are in before the CTA arrives
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned int gen = load_acquire(a.gen);  // before arriving: it moves only after
+    if (atomicAdd(a.count, 1u) == static_cast<unsigned int>(C - 1)) {
+      atomicExch(a.count, 0u);
       __threadfence();
-    }
-    __syncthreads();
-    const uint4* act = reinterpret_cast<const uint4*>(a.act);
-    for (int v = threadIdx.x; v < a.I / 8; v += kMlpThreads) {
-      reinterpret_cast<uint4*>(s_act)[v] = __ldcg(act + v);
-    }
-    __syncthreads();
-
-    // 5. The down stages: chunk k of output row r, the lane's 8 P columns of it; a row's sum
-    // (a warp reduction after its last chunk) plus its residual value, rounded as the
-    // kAddResidual epilogue, is the row's result.
-    float y = 0.f;
-    for (; j < rows; ++j) {
-      if (j == trigger_j) pdl::launch_dependents();
-      issue(j + D - 1);
-      cp_async_wait<D - 1>();
-      compiler_fence();
-      const int jj = j - 2 * n1, k = jj % chunks;
-      const uint4* st = ring + (j % D) * kStageVecs;
-      const uint4* x = reinterpret_cast<const uint4*>(s_act) + k * kStageVecs + lane;
-#pragma unroll
-      for (int p = 0; p < P; ++p) y = dot8<T>(st[p * 32 + lane], x[p * 32], y);
-      compiler_fence();
-      if (k == chunks - 1) {
-        y = warp_sum(y);
-        const int row = o_begin + r2 + kMlpWarps * (jj / chunks);
-        if (lane == 0) a.residual[row] = static_cast<T>(round1<T>(y) + static_cast<float>(s_x[row]));
-        y = 0.f;
+      atomicAdd(a.gen, 1u);
+    } else {
+      while (load_acquire(a.gen) == gen) {
       }
     }
-    cp_async_wait<0>();  // the trailing (empty) groups
-    if (trigger_j >= rows) pdl::launch_dependents();
+    __threadfence();
   }
+  __syncthreads();
+  const uint4* act = reinterpret_cast<const uint4*>(a.act);
+  for (int v = threadIdx.x; v < a.I / 8; v += kMlpThreads) {
+    reinterpret_cast<uint4*>(s_act)[v] = __ldcg(act + v);
+  }
+  __syncthreads();
+
+  // 5. The down stages: chunk k of output row r, the lane's 8 P columns of it; a row's sum (a
+  // warp reduction after its last chunk) plus its residual value, rounded as the kAddResidual
+  // epilogue, is the row's result.
+  float y = 0.f;
+  for (; j < rows; ++j) {
+    if (j == trigger_j) pdl::launch_dependents();
+    issue(j + D - 1);
+    cp_async_wait<D - 1>();
+    compiler_fence();
+    const int jj = j - 2 * n1, k = jj % chunks;
+    const uint4* st = ring + (j % D) * kStageVecs;
+    const uint4* x = reinterpret_cast<const uint4*>(s_act) + k * kStageVecs + lane;
+#pragma unroll
+    for (int p = 0; p < P; ++p) y = dot8<T>(st[p * 32 + lane], x[p * 32], y);
+    compiler_fence();
+    if (k == chunks - 1) {
+      y = warp_sum(y);
+      const int row = o_begin + r2 + kMlpWarps * (jj / chunks);
+      if (lane == 0) {
+        a.residual[row] = static_cast<T>(round1<T>(y) + static_cast<float>(s_x[row]));
+      }
+      y = 0.f;
+    }
+  }
+  cp_async_wait<0>();  // the trailing (empty) groups
+  if (trigger_j >= rows) pdl::launch_dependents();
 }
 
 template <typename T, int P, int D>
@@ -295,13 +295,14 @@ constexpr MlpEntry kMlpTable[] = {
     {2048, 8192, 1},  // Llama-3.2-1B
 };
 
-// The hidden sizes the kernel is instantiated for (H = 256 P).
+// The hidden sizes the kernel is instantiated for (H = 256 P); I must be a multiple of H (a down
+// row is I / H stages).
 bool mlp_hidden_ok(int64_t h) { return h == 1024 || h == 2048; }
 
 // VGRAPH_FUSED_MLP_TOKENS=n (0 or 1) replaces the table's count for every shape the kernel takes
 // (comparisons; the model reads it when it loads, the op at each call).
 int64_t fused_mlp_tokens(int64_t h, int64_t i, int device) {
-  if (!mlp_hidden_ok(h) || i < 1 || compute_major(device) < 8) return 0;
+  if (!mlp_hidden_ok(h) || i < 1 || i % h != 0 || compute_major(device) < 8) return 0;
   int64_t table = 0;
   for (const MlpEntry& e : kMlpTable) {
     if (e.h == h && e.i == i) table = e.max_tokens;
