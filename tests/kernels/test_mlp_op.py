@@ -170,8 +170,9 @@ def test_one_kernel_replays_in_a_cuda_graph(device: str) -> None:
 @pytest.mark.parametrize("device", [CUDA])
 def test_fused_mlp_tokens_reads_the_table(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """fused_mlp_tokens: 1 for Llama-3.2-1B's gate/up shape on sm_80 and later, 0 for shapes not
-    measured and hidden sizes the kernel has no instantiation for; VGRAPH_FUSED_MLP_TOKENS
-    replaces the table where the kernel fits, and is checked."""
+    measured, hidden sizes the kernel has no instantiation for and intermediate sizes that are no
+    multiple of the hidden size; VGRAPH_FUSED_MLP_TOKENS replaces the table where the kernel
+    fits, and is checked."""
     major = torch.cuda.get_device_capability()[0]
     llama, qwen, smol = (Mlp(s, 1, torch.bfloat16, device) for s in
                          ("Llama-3.2-1B", "Qwen3-0.6B", "SmolLM2-135M"))  # fmt: skip
@@ -180,6 +181,8 @@ def test_fused_mlp_tokens_reads_the_table(device: str, monkeypatch: pytest.Monke
     monkeypatch.setenv("VGRAPH_FUSED_MLP_TOKENS", "1")
     assert OPS.fused_mlp_tokens(qwen.w_gu) == (1 if major >= 8 else 0)
     assert OPS.fused_mlp_tokens(smol.w_gu) == 0  # hidden 576: no instantiation
+    odd_inter = torch.empty(2 * 1000, 1024, dtype=torch.bfloat16, device=device)
+    assert OPS.fused_mlp_tokens(odd_inter) == 0  # I = 1,000: a down row is no whole stages
     monkeypatch.setenv("VGRAPH_FUSED_MLP_TOKENS", "0")
     assert OPS.fused_mlp_tokens(llama.w_gu) == 0
     monkeypatch.setenv("VGRAPH_FUSED_MLP_TOKENS", "2")
