@@ -1,7 +1,7 @@
 // The fused decode ops (linear_out, rms_norm_linear_out, linear_add_residual, rms_norm_qkv_rope,
-// rms_norm_gate_up_silu, rms_norm_mlp_residual): argument checks shared by the CPU and CUDA impls, and their unfused
-// path (norm kernel, library GEMM, rope / silu kernel), which the CPU always takes and CUDA takes
-// above the GEMV token threshold. Host code only.
+// rms_norm_gate_up_silu, rms_norm_mlp_residual): argument checks shared by the CPU and CUDA
+// impls, and their unfused path (norm kernel, library GEMM, rope / silu kernel), which the CPU
+// always takes and CUDA takes above the GEMV token threshold. Host code only.
 #pragma once
 
 #include <optional>
