@@ -143,9 +143,16 @@ void check_rms_norm_gate_up_silu(const at::Tensor& out, const at::Tensor& hidden
               hidden.size(0), ", ", weight.size(0) / 2, "], got ", out.sizes());
 }
 
+// Whether a pointer allows 16-byte vector loads (the CUDA kernels' precondition).
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The one-kernel MLP's scratch (csrc/decode_mlp.cu), in int64 words: the I activations of a
+// 16-bit dtype, then the barrier's count and generation words.
+inline int64_t mlp_state_words(int64_t inter) { return (inter + 3) / 4 + 2; }
+
 // residual [M, H] += silu_and_mul(rms_norm(residual) W_gu^T) W_d^T: gate_up [2 I, H] (gate rows,
 // then up rows) and down [H, I] contiguous, residual's dtype and device; state (optional: the
-// CUDA kernel's scratch) int64 [>= (I + 3) / 4 + 2], zeroed once.
+// CUDA kernel's scratch) int64 [>= mlp_state_words(I)], zeroed once.
 void check_rms_norm_mlp_residual(const at::Tensor& residual, const at::Tensor& norm_weight,
                                  const at::Tensor& gate_up, const at::Tensor& down,
                                  const std::optional<at::Tensor>& state) {
@@ -160,7 +167,7 @@ void check_rms_norm_mlp_residual(const at::Tensor& residual, const at::Tensor& n
   TORCH_CHECK(down.scalar_type() == residual.scalar_type() && down.device() == residual.device(),
               "down_weight must have residual's dtype and device");
   if (state) {
-    const int64_t words = (inter + 3) / 4 + 2;
+    const int64_t words = mlp_state_words(inter);
     TORCH_CHECK(state->dim() == 1 && state->scalar_type() == at::kLong &&
                     state->is_contiguous() && state->size(0) >= words &&
                     state->device() == residual.device(),

@@ -167,8 +167,6 @@ int64_t default_max_gemv_tokens(Epilogue e, int64_t n, int64_t k) {
                  kMaxGemvTokens);
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // Whether a fused kernel takes this call (else the unfused path does).
 bool use_gemv(Epilogue e, const at::Tensor& x, const at::Tensor& weight,
               const at::Tensor* norm_weight, std::optional<int64_t> max_gemv_tokens) {

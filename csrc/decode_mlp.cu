@@ -310,11 +310,6 @@ int64_t fused_mlp_tokens(int64_t h, int64_t i, int device) {
   return env_int("VGRAPH_FUSED_MLP_TOKENS", static_cast<int>(table), 0, 1);
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-// state: the activations (I of T, in whole int64 words), then the count's word, the generation's.
-int64_t mlp_state_words(int64_t inter) { return (inter + 3) / 4 + 2; }
-
 template <typename T>
 void launch_for(at::Tensor& residual, const at::Tensor& norm_weight, double eps,
                 const at::Tensor& gate_up, const at::Tensor& down, const at::Tensor& state,
